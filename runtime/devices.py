@@ -1,0 +1,292 @@
+"""Devices: which ones exist, how much memory is free, and the simulated device used by tests.
+
+`DeviceService(simulate={"cpu": nbytes}, strict=True)` makes the CPU act as a GPU of `nbytes`:
+placing a weight copies it and counts its bytes, and while a phase runs every tensor the engine's
+own code allocates is counted too (a TorchDispatchMode sees each op's new storages; a finalizer on
+the storage gives the bytes back when it dies). Going past the capacity raises a real
+`torch.OutOfMemoryError` from that accounting. In strict mode a weight that is not on the device is
+a `meta` tensor, so using it outside a phase or outside its unit's forward fails loudly.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import platform
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_leaves
+
+log = logging.getLogger("mizuoto.runtime")
+
+PINNED_CPU_ATTR = "_mizuoto_pinned_cpu"
+
+
+class StrictDeviceError(RuntimeError):
+    """A weight was used while it is not on the (strict, simulated) device."""
+
+
+@dataclass
+class Transfers:
+    """Copies the runtime made, so tests can count them (offloading with host copies makes none)."""
+
+    h2d: int = 0
+    h2d_bytes: int = 0
+    d2h: int = 0
+    d2h_bytes: int = 0
+
+
+class SimulatedMemory:
+    """Byte accounting of a simulated device: live storages keyed by data pointer."""
+
+    def __init__(self, capacity: int, name: str) -> None:
+        self.capacity = int(capacity)
+        self.name = name
+        self.used = 0
+        self.peak = 0
+        self._live: dict[int, int] = {}
+
+    def allocate(self, storage: torch.UntypedStorage) -> None:
+        ptr, nbytes = storage.data_ptr(), storage.nbytes()
+        if nbytes == 0 or ptr in self._live:
+            return
+        if self.used + nbytes > self.capacity:
+            raise torch.OutOfMemoryError(
+                f"simulated device {self.name}: out of memory allocating {nbytes / 2**20:.2f} MiB "
+                f"({self.used / 2**20:.2f} MiB in use of {self.capacity / 2**20:.2f} MiB)"
+            )
+        self._live[ptr] = nbytes
+        self.used += nbytes
+        self.peak = max(self.peak, self.used)
+        weakref.finalize(storage, self._release, ptr)
+
+    def _release(self, ptr: int) -> None:
+        self.used -= self._live.pop(ptr, 0)
+
+    def owns(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage().data_ptr() in self._live
+
+
+class _AllocationMode(TorchDispatchMode):
+    """Counts storages created by ops on the simulated device; in strict mode rejects meta inputs."""
+
+    def __init__(self, memory: SimulatedMemory, strict: bool, names: Mapping[int, str]) -> None:
+        super().__init__()
+        self.memory = memory
+        self.strict = strict
+        self.names = names
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if self.strict:
+            for t in inputs:
+                if t.device.type == "meta":
+                    what = self.names.get(id(t), "a weight")
+                    raise StrictDeviceError(
+                        f"{what} is not on the device (strict simulated device): it was read outside "
+                        f"its unit's forward or its component is not placed for this phase ({func})"
+                    )
+        out = func(*args, **kwargs)
+        seen = {t.untyped_storage().data_ptr() for t in inputs if t.device.type == "cpu"}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    self.memory.allocate(storage)
+        return out
+
+
+@dataclass
+class Tracking:
+    """What a tracked block allocated on a simulated device: peak bytes above the bytes live at entry."""
+
+    memory: SimulatedMemory
+    start: int = 0
+    peak_bytes: int = 0
+    _outer_peak: int = field(default=0, repr=False)
+
+
+def assign(t: torch.Tensor, value: torch.Tensor) -> None:
+    """Make `t` (a parameter or buffer, identity kept) hold `value`'s data.
+
+    `.data` cannot move a tensor between `meta` and a real device, so strict mode swaps the tensor
+    objects' contents instead; other devices use a plain `.data` swap.
+    """
+    if (t.device.type == "meta") == (value.device.type == "meta"):
+        t.data = value
+        return
+    if isinstance(t, nn.Parameter):
+        value = nn.Parameter(value, requires_grad=t.requires_grad)
+    elif type(value) is not type(t):
+        value = value.as_subclass(type(t))
+    torch.utils.swap_tensors(t, value)
+
+
+class DeviceService:
+    """Enumerates devices and answers free/total memory; optionally simulates a GPU on the CPU."""
+
+    def __init__(self, simulate: Mapping[str, int] | None = None, strict: bool = False) -> None:
+        self.simulated: dict[str, SimulatedMemory] = {
+            str(torch.device(name)): SimulatedMemory(nbytes, str(torch.device(name)))
+            for name, nbytes in (simulate or {}).items()
+        }
+        if strict and not self.simulated:
+            raise ValueError("DeviceService(strict=True) needs simulate={'cpu': nbytes}")
+        for name in self.simulated:
+            if name != "cpu":
+                raise ValueError(f"simulate: only 'cpu' can be simulated, got {name!r}")
+        self.strict = strict
+        self.transfers = Transfers()
+        # id(parameter) -> "component.param" for strict-mode error messages
+        self.names: dict[int, str] = {}
+
+    # ---- enumeration and memory -------------------------------------------------------------
+    def devices(self) -> list[torch.device]:
+        found = [torch.device(n) for n in self.simulated]
+        if torch.cuda.is_available():
+            found += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+        if hasattr(torch, "xpu") and torch.xpu.is_available():
+            found += [torch.device("xpu", i) for i in range(torch.xpu.device_count())]
+        if torch.backends.mps.is_available():
+            found.append(torch.device("mps"))
+        if not self.simulated:
+            found.append(torch.device("cpu"))
+        return found
+
+    def is_simulated(self, device: torch.device | str) -> bool:
+        return str(torch.device(device)) in self.simulated
+
+    def is_managed(self, device: torch.device | str) -> bool:
+        """Whether the manager moves and counts anything there (not on a real CPU)."""
+        device = torch.device(device)
+        return self.is_simulated(device) or device.type != "cpu"
+
+    def strict_on(self, device: torch.device | str) -> bool:
+        return self.strict and self.is_simulated(device)
+
+    def memory(self, device: torch.device | str) -> SimulatedMemory:
+        return self.simulated[str(torch.device(device))]
+
+    def total(self, device: torch.device | str) -> int:
+        device = torch.device(device)
+        if self.is_simulated(device):
+            return self.memory(device).capacity
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[1]
+        if device.type == "xpu":
+            return torch.xpu.get_device_properties(device).total_memory
+        if device.type == "mps":
+            return torch.mps.recommended_max_memory()
+        return psutil.virtual_memory().total
+
+    def process_bytes(self, device: torch.device | str) -> int:
+        """Bytes this process holds allocated on the device (not the allocator's cache)."""
+        device = torch.device(device)
+        if self.is_simulated(device):
+            return self.memory(device).used
+        if device.type == "cuda":
+            return torch.cuda.memory_allocated(device)
+        if device.type == "xpu":
+            return torch.xpu.memory_allocated(device)
+        if device.type == "mps":
+            return torch.mps.current_allocated_memory()
+        return 0
+
+    def free(self, device: torch.device | str, limit: int | None = None) -> int:
+        """Driver free + cached-but-unused; with `limit`, at most limit minus what we hold."""
+        device = torch.device(device)
+        if self.is_simulated(device):
+            mem = self.memory(device)
+            free = mem.capacity - mem.used
+        elif device.type == "cuda":
+            driver_free, _ = torch.cuda.mem_get_info(device)
+            free = driver_free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        elif device.type == "xpu":
+            driver_free, _ = torch.xpu.mem_get_info(device)
+            free = driver_free + torch.xpu.memory_reserved(device) - torch.xpu.memory_allocated(device)
+        elif device.type == "mps":
+            free = torch.mps.recommended_max_memory() - torch.mps.current_allocated_memory()
+        else:
+            free = psutil.virtual_memory().available
+        if limit is not None:
+            free = min(free, limit - self.process_bytes(device))
+        return max(0, free)
+
+    def empty_cache(self, device: torch.device | str) -> None:
+        device = torch.device(device)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        elif device.type == "xpu":
+            torch.xpu.empty_cache()
+        elif device.type == "mps":
+            torch.mps.empty_cache()
+
+    # ---- copies -------------------------------------------------------------------------------
+    def place(self, host: torch.Tensor, device: torch.device | str, non_blocking: bool = False) -> torch.Tensor:
+        """Copy a host tensor to the device (counted); made outside inference mode, same dtype."""
+        device = torch.device(device)
+        with _disable_current_modes(), torch.inference_mode(False), torch.no_grad():
+            if self.is_simulated(device):
+                copy = host.detach().clone()
+                self.memory(device).allocate(copy.untyped_storage())
+            else:
+                copy = host.detach().to(device, non_blocking=non_blocking)
+        self.transfers.h2d += 1
+        self.transfers.h2d_bytes += host.nbytes
+        return copy
+
+    def to_host(self, t: torch.Tensor) -> torch.Tensor:
+        """Copy a device tensor back to the host (counted)."""
+        with _disable_current_modes(), torch.inference_mode(False), torch.no_grad():
+            host = t.detach().clone() if t.device.type == "cpu" else t.detach().to("cpu")
+        self.transfers.d2h += 1
+        self.transfers.d2h_bytes += t.nbytes
+        return host
+
+    def offloaded(self, host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+        """What a weight that is not on `device` looks like: meta in strict mode, else the host tensor."""
+        if self.strict_on(device):
+            with _disable_current_modes():
+                return torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device="meta")
+        return host
+
+    # ---- phase accounting -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def tracking(self, device: torch.device | str) -> Iterator[Tracking | None]:
+        """Count what the block allocates on a simulated device; yields None on other devices.
+
+        On CUDA the peak comes from the allocator's statistics instead (see `peak_since`).
+        """
+        device = torch.device(device)
+        if not self.is_simulated(device):
+            yield None
+            return
+        mem = self.memory(device)
+        result = Tracking(mem, start=mem.used, _outer_peak=mem.peak)
+        mem.peak = mem.used
+        try:
+            with _AllocationMode(mem, self.strict, self.names):
+                yield result
+        finally:
+            result.peak_bytes = mem.peak - result.start
+            mem.peak = max(result._outer_peak, mem.peak)
+
+    # ---- pinned-to-CPU subtrees -------------------------------------------------------------------
+    @staticmethod
+    def pin_to_cpu(module: nn.Module) -> nn.Module:
+        """Keep this subtree on the CPU forever: never placed, never streamed, never counted."""
+        setattr(module, PINNED_CPU_ATTR, True)
+        return module
+
+
+def default_vram_reserve(device: torch.device | str, simulated: bool) -> int:
+    """ComfyUI's default reserve on a real GPU (400 MB, 600 MB on Windows); none when simulated."""
+    if simulated or torch.device(device).type == "cpu":
+        return 0
+    return (600 if platform.system() == "Windows" else 400) << 20

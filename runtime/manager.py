@@ -1,0 +1,250 @@
+"""ModelManager: decides, per phase, which components go on the device and how much of each.
+
+`load(handles, memory)` per device: need = bytes not yet placed + working memory (estimate x
+calibration factor) + reserve. If free memory is short, idle components yield (partially loaded
+first, then models not pinned, then least recently used; unit by unit in normal/low modes, whole in
+high/shared), then free memory is measured again. Components load whole when they fit, else
+partially within free - working - reserve. Estimates never refuse a load: below the minimum working
+set it still tries (and warns); only a real allocation failure is an error.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from contextlib import contextmanager
+
+import torch
+
+from .calibration import Calibration
+from .devices import DeviceService, default_vram_reserve
+from .handles import ModelHandle
+from .phases import Cancelled, RequestContext
+from .pinning import PinBudget
+from .policy import VramPolicy
+from .streamer import Streamer
+
+log = logging.getLogger("mizuoto.runtime")
+
+MB = 1 << 20
+GPU_JOB_WAIT_S = 600.0
+
+
+class ModelManager:
+    def __init__(self, devices: DeviceService, policy: VramPolicy | None = None, *,
+                 calibration: Calibration | None = None) -> None:
+        self.devices = devices
+        self.policy = policy if policy is not None else VramPolicy()
+        self.calibration = calibration if calibration is not None else Calibration()
+        self.handles: list[ModelHandle] = []
+        self._streamers: dict[str, Streamer] = {}
+        self._pins = PinBudget(self.policy.max_pinned_bytes())
+        self._cond = threading.Condition(threading.RLock())
+        self._owners: dict[ModelHandle, object] = {}  # handle -> request using it
+        self.last_decisions: dict[str, dict] = {}
+
+    # ---- registry -----------------------------------------------------------------------------
+    def register(self, handle: ModelHandle, engine: str, device: torch.device | str = "cpu") -> ModelHandle:
+        """Put a component under management on `device` (where it computes)."""
+        if handle in self.handles:
+            raise ValueError(f"register: component {handle.name!r} is already registered")
+        handle.engine = engine
+        handle.pinned = handle.name in self.policy.get(f"engines.{engine}.pinned_models")
+        handle.attach(self.devices, device, self.streamer(device))
+        self.handles.append(handle)
+        return handle
+
+    def unregister(self, handle: ModelHandle) -> None:
+        with self._cond:
+            if handle.in_use:
+                raise RuntimeError(f"unregister: component {handle.name!r} is in use")
+            self.streamer(handle.device).drop(handle)
+            handle.detach()
+            self.handles.remove(handle)
+
+    def streamer(self, device: torch.device | str) -> Streamer:
+        key = str(torch.device(device))
+        if key not in self._streamers:
+            self._streamers[key] = Streamer(self.devices, torch.device(device),
+                                            self.policy.get("compute.async_offload"), self._pins)
+        return self._streamers[key]
+
+    # ---- the budget ---------------------------------------------------------------------------
+    def reserve_bytes(self, device: torch.device | str) -> int:
+        mb = self.policy.get("compute.vram_reserve_mb")
+        if mb is None:
+            return default_vram_reserve(device, self.devices.is_simulated(device))
+        return mb * MB
+
+    def free_bytes(self, device: torch.device | str) -> int:
+        limit = self.policy.get("compute.vram_limit_mb")
+        return self.devices.free(device, None if limit is None else limit * MB)
+
+    def working_bytes(self, handles: Iterable[ModelHandle], memory: int) -> int:
+        """The estimate times the largest calibration factor of the phase's components."""
+        factors = [self.calibration.factor(self.calibration_key(h)) for h in handles]
+        return int(memory * max(factors, default=1.0))
+
+    @staticmethod
+    def calibration_key(handle: ModelHandle) -> str:
+        return f"{handle.engine}:{handle.name}"
+
+    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None) -> dict[str, dict]:
+        """Place a phase's components for `memory` bytes of working memory; marks them in use."""
+        decisions: dict[str, dict] = {}
+        with self._cond:
+            for h in handles:
+                if h not in self.handles:
+                    raise ValueError(f"load: component {h.name!r} is not registered with this manager")
+            for device in {str(h.device) for h in handles}:
+                group = [h for h in handles if str(h.device) == device]
+                if self.devices.is_managed(device):
+                    self._wait_for_room(group, memory, owner)
+                    decisions |= self._load_group(torch.device(device), group, memory)
+            for h in handles:
+                h.in_use += 1
+                h.touch()
+                self._owners[h] = owner
+        self.last_decisions = decisions
+        return decisions
+
+    def release(self, handles: list[ModelHandle]) -> None:
+        with self._cond:
+            for h in handles:
+                h.in_use -= 1
+                h.touch()
+                if h.in_use == 0:
+                    self._owners.pop(h, None)
+            self._cond.notify_all()
+
+    def _load_group(self, device: torch.device, group: list[ModelHandle], memory: int) -> dict[str, dict]:
+        mode = self.policy.get("compute.vram_mode")
+        working = self.working_bytes(group, memory)
+        reserve = self.reserve_bytes(device)
+        pending = sum(h.size_bytes - h.loaded_bytes for h in group)
+        if mode == "none":
+            pending = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group)
+        need = pending + working + reserve
+        free = self.free_bytes(device)
+        if free < need:
+            self.make_room(device, need - free, exclude=group, reason=", ".join(h.name for h in group))
+            free = self.free_bytes(device)
+        # Room for the weights: free memory plus what the group already holds.
+        room = free + sum(h.loaded_bytes for h in group) - working - reserve
+        if mode == "low":
+            room = min(room, (free - working - reserve) // 2 + sum(h.loaded_bytes for h in group))
+        decisions = {}
+        remaining = sorted(group, key=lambda h: h.size_bytes)
+        while remaining:
+            h = remaining.pop(0)
+            others_min = sum(o.min_working_set for o in remaining)
+            budget = room - others_min if remaining else room
+            decisions[h.name] = self._place(h, mode, budget, free, working, reserve)
+            room -= h.loaded_bytes
+        return decisions
+
+    def _place(self, h: ModelHandle, mode: str, budget: int, free: int, working: int, reserve: int) -> dict:
+        if mode == "none":
+            budget = h.layout.fixed_bytes  # every unit streams
+        elif mode in ("high", "shared"):
+            budget = None
+        elif budget < h.min_working_set:
+            log.warning("%s: %.0f MB available is below its minimum working set of %.0f MB; trying anyway",
+                        h.name, budget / MB, h.min_working_set / MB)
+            budget = h.min_working_set
+        h.load(budget)
+        decision = {"loaded_mb": h.loaded_bytes / MB, "size_mb": h.size_bytes / MB}
+        if h.partial:
+            if mode in ("none", "low"):
+                reason = f"vram_mode {mode}"
+            elif h.cap_bytes is not None and (budget is None or h.cap_bytes < budget):
+                reason = "capped after OOM"
+            else:
+                reason = "budget"
+            decision |= {"reason": reason, "mode": mode, "free_mb": free / MB, "working_mb": working / MB,
+                         "reserve_mb": reserve / MB, "gave_up_for": None}
+            log.info("%s partially loaded (%s): %.1f of %.1f MB; free %.1f MB, working %.1f MB, reserve %.1f MB",
+                     h.name, reason, decision["loaded_mb"], decision["size_mb"], free / MB, working / MB, reserve / MB)
+        return decision
+
+    def yield_order(self, device: torch.device | str, exclude: Iterable[ModelHandle] = ()) -> list[ModelHandle]:
+        """Idle components on the device in the order they give up memory."""
+        excluded = set(exclude)
+        idle = [h for h in self.handles if str(h.device) == str(torch.device(device))
+                and h not in excluded and h.in_use == 0 and h.loaded_bytes > 0]
+        return sorted(idle, key=lambda h: (not h.partial, h.pinned, h.last_used))
+
+    def make_room(self, device: torch.device | str, nbytes: int, exclude: Iterable[ModelHandle] = (),
+                  reason: str = "") -> int:
+        """Idle components yield `nbytes` (unit by unit, or whole in high/shared mode)."""
+        whole = self.policy.get("compute.vram_mode") in ("high", "shared")
+        freed = 0
+        for h in self.yield_order(device, exclude):
+            if freed >= nbytes:
+                break
+            got = h.unload() if whole else h.partially_unload(nbytes - freed)
+            if got:
+                h.gave_up_for = reason
+                log.info("%s gave up %.1f MB for %s", h.name, got / MB, reason or "another component")
+            freed += got
+        if freed:
+            self.devices.empty_cache(device)
+        return freed
+
+    def _wait_for_room(self, group: list[ModelHandle], memory: int, owner: object) -> None:
+        """With gpu_jobs > 1, wait (cancellable, up to 10 min) while another request holds the device."""
+        if self.policy.get("compute.gpu_jobs") <= 1:
+            return
+        device = group[0].device
+        deadline = time.monotonic() + GPU_JOB_WAIT_S
+        while True:
+            minimum = sum(h.size_bytes if self.policy.get("compute.vram_mode") == "high" else h.min_working_set
+                          for h in group) + self.working_bytes(group, memory) + self.reserve_bytes(device)
+            available = self.free_bytes(device) + sum(h.loaded_bytes for h in self.yield_order(device, group))
+            available += sum(h.loaded_bytes for h in group)
+            busy = [h for h, o in self._owners.items() if o is not owner and str(h.device) == str(device)]
+            if available >= minimum or not busy:
+                return
+            if owner is not None and getattr(owner, "cancelled", False):
+                raise Cancelled("request cancelled while waiting for the device")
+            if time.monotonic() >= deadline:
+                log.warning("waited %.0f s for %s; trying anyway", GPU_JOB_WAIT_S, device)
+                return
+            self._cond.wait(timeout=0.1)
+
+    # ---- after an OOM -------------------------------------------------------------------------
+    def after_oom(self, handles: list[ModelHandle]) -> None:
+        """Other idle components off the device, streamer copies dropped, each listed one capped to half."""
+        with self._cond:
+            for device in {str(h.device) for h in handles}:
+                for other in self.yield_order(device, handles):
+                    other.unload()
+                self.streamer(device).drop()
+                self.devices.empty_cache(device)
+            for h in handles:
+                h.cap_bytes = max(h.min_working_set, h.loaded_bytes // 2)
+
+    def unload_all(self) -> None:
+        with self._cond:
+            for h in self.handles:
+                if h.in_use == 0:
+                    h.unload()
+                    h.cap_bytes = None
+
+    @contextmanager
+    def _streaming_cancel(self, devices: set[str], check):
+        streamers = [self.streamer(d) for d in devices]
+        previous = [s.cancel_check for s in streamers]
+        for s in streamers:
+            s.cancel_check = check
+        try:
+            yield
+        finally:
+            for s, p in zip(streamers, previous):
+                s.cancel_check = p
+
+    def request(self, seed: int = 0, cancel: threading.Event | None = None) -> RequestContext:
+        """A request: its generator, cancellation, phases and the meta it reports."""
+        return RequestContext(self, seed=seed, cancel=cancel)
+

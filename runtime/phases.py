@@ -1,0 +1,165 @@
+"""Requests and phases: the only place components are placed and used.
+
+`ctx.use(handles, memory)` places the components (whole or partially) with room for `memory` bytes
+of working memory and keeps them from yielding until the block ends. `ctx.run(name, handles, fn,
+memory, generators=(), fallback=None)` does the same for a pure function and adds the exact retry:
+on OOM it leaves the failed frame, lets the manager free memory and cap the phase's components,
+restores every random-number state the phase may draw from, and runs again (same random numbers,
+same result, slower). At most two retries; then an opt-in `fallback=(what, fn)`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .handles import ModelHandle
+
+if TYPE_CHECKING:
+    from .manager import ModelManager
+
+log = logging.getLogger("mizuoto.runtime")
+
+MB = 1 << 20
+MAX_OOM_RETRIES = 2
+
+
+class Cancelled(Exception):
+    """The request was cancelled (checked before each streamed copy and while waiting for a device)."""
+
+
+class RequestContext:
+    def __init__(self, manager: ModelManager, seed: int = 0, cancel: threading.Event | None = None) -> None:
+        self.manager = manager
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.cancel_event = cancel if cancel is not None else threading.Event()
+        self.meta: dict[str, Any] = {
+            "memory": {"streamed_mb": 0.0, "loaded_mb": 0.0, "size_mb": 0.0, "partial": {}},
+            "applied": {"oom_retries": 0, "fallbacks": []},
+        }
+        self._used: dict[ModelHandle, dict] = {}  # handle -> streamed bytes at first use, peak loaded
+
+    # ---- request lifetime -------------------------------------------------------------------------
+    def __enter__(self) -> RequestContext:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._finish()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    def check_cancelled(self) -> None:
+        if self.cancel_event.is_set():
+            raise Cancelled("request cancelled")
+
+    # ---- phases -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def use(self, handles: Sequence[ModelHandle], memory: int = 0, name: str | None = None) -> Iterator[None]:
+        """Place `handles` with room for `memory` bytes of working memory for the block (no retry)."""
+        handles = list(handles)
+        self.check_cancelled()
+        for h in handles:
+            self._used.setdefault(h, {"streamed": h.streamed_bytes, "loaded": 0})
+        decisions = self.manager.load(handles, memory, owner=self)
+        for h in handles:
+            self._used[h]["loaded"] = max(self._used[h]["loaded"], h.loaded_bytes)
+            decision = decisions.get(h.name, {})
+            if "reason" in decision:
+                self.meta["memory"]["partial"][h.name] = decision
+        devices = {str(h.device) for h in handles}
+        try:
+            with self.manager._streaming_cancel(devices, self.check_cancelled), contextlib.ExitStack() as stack:
+                trackers = [stack.enter_context(self.manager.devices.tracking(d)) for d in devices]
+                yield
+            self._measured(name, handles, memory, [t for t in trackers if t is not None])
+        finally:
+            self.manager.release(handles)
+
+    def run(self, name: str, handles: Sequence[ModelHandle], fn: Callable[[], Any], memory: int = 0,
+            generators: Sequence[torch.Generator] = (), fallback: tuple[str, Callable[[], Any]] | None = None) -> Any:
+        """Run a pure function as a phase, with the exact OOM retry and the optional fallback."""
+        policy = self.manager.policy
+        retries = MAX_OOM_RETRIES if policy.get("compute.oom_retry") else 0
+        states = _RngStates(self.generator, generators)
+        attempt = 0
+        while True:
+            failure = None
+            try:
+                with self.use(handles, memory, name=name):
+                    return fn()
+            except torch.OutOfMemoryError as e:
+                failure = str(e)  # keep only the text: the traceback holds the failed attempt's tensors
+            if attempt >= retries:
+                break
+            attempt += 1
+            log.warning("%s: out of memory (%s); retrying with less of it on the device (%d/%d)",
+                        name, failure.splitlines()[0], attempt, retries)
+            self.manager.after_oom(list(handles))
+            states.restore()
+            self.meta["applied"]["oom_retries"] += 1
+        if fallback is not None and policy.get("compute.oom_fallback"):
+            what, fallback_fn = fallback
+            log.warning("%s: still out of memory after %d retries; using the %s fallback (output differs slightly)",
+                        name, attempt, what)
+            self.manager.after_oom(list(handles))
+            states.restore()
+            self.meta["applied"]["fallbacks"].append(what)
+            with self.use(handles, memory, name=name):
+                return fallback_fn()
+        raise torch.OutOfMemoryError(f"{name}: out of memory after {attempt} retries: {failure}")
+
+    # ---- reporting -----------------------------------------------------------------------------
+    def _measured(self, name: str | None, handles: list[ModelHandle], memory: int, trackers: list) -> None:
+        """Calibration: working memory = peak above placed weights - streamer copies - what stays."""
+        if name is None or not trackers:
+            return
+        for tracker in trackers:
+            streamed = [h for h in handles if str(h.device) == tracker.memory.name]
+            copies = sum(self.manager.streamer(h.device).slots(h) * max((u.nbytes for u in h._streamed_units()), default=0)
+                         for h in streamed)
+            stays = max(0, tracker.memory.used - tracker.start)
+            measured = max(0, tracker.peak_bytes - copies - stays)
+            for h in streamed:
+                key = self.manager.calibration_key(h)
+                factor = self.manager.calibration.observe(key, memory, measured)
+                if factor is not None:
+                    log.info("%s: working memory %.1f MB measured vs %.1f MB estimated; calibration factor %.2f",
+                             key, measured / MB, memory / MB, factor)
+                    self.manager.calibration.save()
+
+    def _finish(self) -> None:
+        mem = self.meta["memory"]
+        mem["streamed_mb"] = sum(h.streamed_bytes - u["streamed"] for h, u in self._used.items()) / MB
+        mem["loaded_mb"] = sum(u["loaded"] for u in self._used.values()) / MB
+        mem["size_mb"] = sum(h.size_bytes for h in self._used) / MB
+        for h in self._used:
+            if h.gave_up_for and h.partial and h.name not in mem["partial"]:
+                mem["partial"][h.name] = {"reason": "yielded to another", "gave_up_for": h.gave_up_for,
+                                          "loaded_mb": h.loaded_bytes / MB, "size_mb": h.size_bytes / MB}
+
+
+class _RngStates:
+    """Every random-number state a phase may draw from: the request's, the listed ones, torch's global."""
+
+    def __init__(self, request: torch.Generator, generators: Sequence[torch.Generator]) -> None:
+        self.generators = [request, *generators]
+        self.states = [g.get_state() for g in self.generators]
+        self.cpu = torch.random.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+    def restore(self) -> None:
+        for g, s in zip(self.generators, self.states):
+            g.set_state(s)
+        torch.random.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
