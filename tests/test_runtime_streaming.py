@@ -30,6 +30,7 @@ MEL = torch.randn(1, 32, 20, generator=torch.Generator().manual_seed(4))
 
 def _check(out, ref, ctx, handle, residency):
     assert torch.equal(out, ref)
+    assert ctx.meta["applied"]["oom_retries"] == 0
     streamed = ctx.meta["memory"]["streamed_mb"]
     if residency == "full":
         assert streamed == 0 and handle.hook_count == 0
@@ -76,7 +77,10 @@ def test_vocoder_weight_norm(residency, legacy):
         with torch.no_grad():
             return m(MEL)
 
-    out, ctx, handle, _ = run_streamed(model, run, "oneshot", residency)
+    # Legacy weight_norm keeps each computed weight as a module attribute: device memory that stays
+    # after the forward (on a GPU too), so its working memory includes a copy of the weights.
+    working = (24 if legacy else 16) << 20
+    out, ctx, handle, _ = run_streamed(model, run, "oneshot", residency, working=working)
     # weight-norm parameters stream with their convolution
     assert any("original" in n or "weight_v" in n for u in handle.layout.units for n in
                [handle.layout.names[id(p)] for p in u.params])

@@ -149,7 +149,7 @@ class TinyVocoder(nn.Module):
         wn = weight_norm if legacy else parametrizations.weight_norm
         self.conv_in = wn(nn.Conv1d(mels, ch, 7, padding=3))
         self.stages = nn.Sequential(UpStage(ch, ch, legacy), UpStage(ch, ch // 2, legacy),
-                                    UpStage(ch // 2, ch // 2, legacy))
+                                    UpStage(ch // 2, ch // 2, legacy), UpStage(ch // 2, ch // 2, legacy))
         self.conv_out = nn.Conv1d(ch // 2, 1, 7, padding=3)
 
     def forward(self, mel):
