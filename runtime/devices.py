@@ -125,7 +125,13 @@ def assign(t: torch.Tensor, value: torch.Tensor) -> None:
         value = nn.Parameter(value, requires_grad=t.requires_grad)
     elif type(value) is not type(t):
         value = value.as_subclass(type(t))
-    torch.utils.swap_tensors(t, value)
+    try:
+        torch.utils.swap_tensors(t, value)
+    except RuntimeError as e:
+        raise StrictDeviceError(
+            f"cannot move a weight on the strict simulated device while something else references it "
+            f"(an autograd graph of an earlier output?); run inference under torch.no_grad(): {e}"
+        ) from None
 
 
 class DeviceService:
@@ -249,12 +255,21 @@ class DeviceService:
         self.transfers.d2h_bytes += t.nbytes
         return host
 
-    def offloaded(self, host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-        """What a weight that is not on `device` looks like: meta in strict mode, else the host tensor."""
+    def offload(self, t: torch.Tensor, host: torch.Tensor, device: torch.device | str) -> None:
+        """Make `t` what a weight that is not on `device` looks like: meta in strict mode, else `host`.
+
+        A weight still referenced elsewhere (an autograd graph of an earlier output) cannot become
+        meta; it then points at its host tensor: same values, only the strictness check is lost.
+        """
         if self.strict_on(device):
             with _disable_current_modes():
-                return torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device="meta")
-        return host
+                meta = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device="meta")
+            try:
+                assign(t, meta)
+                return
+            except StrictDeviceError:
+                log.debug("weight referenced by an autograd graph stays a host tensor while offloaded")
+        assign(t, host)
 
     # ---- phase accounting -----------------------------------------------------------------------
     @contextlib.contextmanager

@@ -88,7 +88,7 @@ class ModelHandle:
         for t in self._all_tensors():
             host = t.data if t.device.type == "cpu" else devices.to_host(t)
             self._host[id(t)] = host
-            assign(t, devices.offloaded(host, self.device))
+            devices.offload(t, host, self.device)
         self._index()
         if devices.strict_on(self.device):
             self._guard = self.module.register_forward_pre_hook(self._check_in_use, prepend=True)
@@ -236,7 +236,7 @@ class ModelHandle:
             if self._is_placed(t):
                 assign(t, self.devices.place(host, self.device))
             else:
-                assign(t, self.devices.offloaded(host, self.device))
+                self.devices.offload(t, host, self.device)
         if self.streamer is not None:
             self.streamer.drop(self)
 
@@ -252,7 +252,7 @@ class ModelHandle:
     def _offload(self, t: torch.Tensor) -> None:
         if id(t) not in self._host or id(t) in self._buffers:
             self._host[id(t)] = self.devices.to_host(t)
-        assign(t, self.devices.offloaded(self._host[id(t)], self.device))
+        self.devices.offload(t, self._host[id(t)], self.device)
 
     def _offload_unit(self, unit: Unit) -> None:
         for p in unit.params:
@@ -265,8 +265,8 @@ class ModelHandle:
         self._fixed_placed = False
         return self.layout.fixed_bytes
 
-    def _offloaded_view(self, p: torch.Tensor) -> torch.Tensor:
-        return self.devices.offloaded(self._host[id(p)], self.device)
+    def _release(self, p: torch.Tensor) -> None:
+        self.devices.offload(p, self._host[id(p)], self.device)
 
     def _host_for_stream(self, p: torch.Tensor, pin_budget: PinBudget | None) -> torch.Tensor:
         host = self._host[id(p)]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from contextlib import contextmanager
 
+import psutil
 import torch
 
 from .calibration import Calibration
@@ -153,6 +154,7 @@ class ModelManager:
             log.warning("%s: %.0f MB available is below its minimum working set of %.0f MB; trying anyway",
                         h.name, budget / MB, h.min_working_set / MB)
             budget = h.min_working_set
+        h.keep_host = self.keep_host_copies()
         h.load(budget)
         decision = {"loaded_mb": h.loaded_bytes / MB, "size_mb": h.size_bytes / MB}
         if h.partial:
@@ -167,6 +169,13 @@ class ModelManager:
             log.info("%s partially loaded (%s): %.1f of %.1f MB; free %.1f MB, working %.1f MB, reserve %.1f MB",
                      h.name, reason, decision["loaded_mb"], decision["size_mb"], free / MB, working / MB, reserve / MB)
         return decision
+
+    def keep_host_copies(self) -> bool:
+        """compute.host_copies: on, off, or auto (keep while free RAM is above compute.ram_reserve_mb)."""
+        setting = self.policy.get("compute.host_copies")
+        if setting == "auto":
+            return psutil.virtual_memory().available > self.policy.ram_reserve_bytes()
+        return setting == "on"
 
     def yield_order(self, device: torch.device | str, exclude: Iterable[ModelHandle] = ()) -> list[ModelHandle]:
         """Idle components on the device in the order they give up memory."""

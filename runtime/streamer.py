@@ -77,7 +77,7 @@ class Streamer:
 
     def release(self, handle: ModelHandle, unit: Unit) -> None:
         for p in unit.params:
-            assign(p, handle._offloaded_view(p))
+            handle._release(p)
 
     # ---- copies -------------------------------------------------------------------------------
     def _copy(self, handle: ModelHandle, unit: Unit, side: bool) -> _Copy:

@@ -1,0 +1,139 @@
+"""One test per rule that decides what streams and what stays in the fixed part."""
+import torch
+from torch import nn
+
+from mizuoto.runtime import DeviceService, ModelHandle
+from mizuoto.runtime.units import analyse
+
+MB = 1 << 20
+
+
+def block(dim=512):
+    return nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim), nn.Linear(dim, dim))  # ~2 MB
+
+
+def names(layout, tensors):
+    return {layout.names[id(t)] for t in tensors}
+
+
+def streamed_names(layout):
+    return {layout.names[id(p)] for u in layout.units for p in u.params}
+
+
+class Stack(nn.Module):
+    def __init__(self, n=3, dim=512):
+        super().__init__()
+        self.embed = nn.Embedding(100, dim)
+        self.blocks = nn.ModuleList(block(dim) for _ in range(n))
+        self.norm = nn.LayerNorm(dim)
+
+
+def test_units_are_children_of_the_outermost_list_of_at_least_1mb():
+    m = Stack()
+    m.small = nn.ModuleList([nn.Linear(8, 8)])  # under 1 MB: not a unit
+    layout = analyse(m)
+    assert [u.name for u in layout.units] == ["blocks.0", "blocks.1", "blocks.2"]
+    # an inner list inside a unit is never split further
+    assert "blocks.0.0.weight" in streamed_names(layout)
+
+
+def test_memory_units_override():
+    class Custom(Stack):
+        def memory_units(self):
+            return [self.blocks[0][0], self.blocks[1]]
+
+    layout = analyse(Custom())
+    assert [u.name for u in layout.units] == ["blocks.0.0", "blocks.1"]
+
+
+def test_only_linear_conv_and_streamable_weights_stream():
+    class MyOp(nn.Module):
+        STREAMABLE = True
+
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(512, 512))
+
+    m = Stack()
+    m.blocks[0].append(MyOp())
+    layout = analyse(m)
+    streamed = streamed_names(layout)
+    assert "blocks.0.3.weight" in streamed
+    assert "blocks.0.0.weight" in streamed and "blocks.0.0.bias" in streamed
+    fixed = names(layout, layout.fixed)
+    assert {"embed.weight", "blocks.0.1.weight", "blocks.0.1.bias", "norm.weight"} <= fixed  # embeddings, norms
+
+
+def test_buffers_are_fixed():
+    m = Stack()
+    m.blocks[0][0].register_buffer("stat", torch.zeros(512))
+    layout = analyse(m)
+    assert "blocks.0.0.stat" in names(layout, layout.fixed)
+
+
+def test_parameters_shared_outside_their_unit_are_fixed():
+    m = Stack()
+    m.head = nn.Linear(512, 512)
+    m.head.weight = m.blocks[2][2].weight  # tied with a module outside the unit
+    layout = analyse(m)
+    assert "blocks.2.2.weight" in names(layout, layout.fixed)
+    assert "blocks.2.2.bias" in streamed_names(layout)
+
+
+def test_parameters_also_held_by_a_non_streamable_module_are_fixed():
+    class Reader(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.w = w
+
+    m = Stack()
+    m.blocks[1].append(Reader(m.blocks[1][0].weight))  # read by raw code, not in a Linear forward
+    layout = analyse(m)
+    assert "blocks.1.0.weight" in names(layout, layout.fixed)
+
+
+def test_first_parameter_is_fixed():
+    m = nn.ModuleList(block() for _ in range(2))
+    layout = analyse(m)
+    assert "0.0.weight" in names(layout, layout.fixed)
+    assert "0.2.weight" in streamed_names(layout)
+
+
+def test_units_under_64kb_are_fixed():
+    class Custom(Stack):
+        def memory_units(self):
+            return [self.blocks[0], self.blocks[1][1]]  # a LayerNorm-only unit: nothing to stream
+
+    m = Custom()
+    layout = analyse(m, tiny_unit_bytes=64 << 10)
+    assert [u.name for u in layout.units] == ["blocks.0"]
+    layout = analyse(Stack(dim=64), min_unit_bytes=1)  # 64-dim blocks hold ~33 KB each
+    assert layout.units == []
+
+
+def test_marked_fixed_subtree_and_hot_units():
+    m = Stack()
+    h = ModelHandle(m, "stack")
+    h.mark(m.blocks[1], "fixed").mark(m.blocks[2], "hot")
+    assert [u.name for u in h.layout.units] == ["blocks.0", "blocks.2"]
+    assert [u.hot for u in h.layout.units] == [False, True]
+    assert "blocks.1.0.weight" in names(h.layout, h.layout.fixed)
+
+
+def test_pinned_to_cpu_subtree_is_left_out_and_stays_on_cpu():
+    m = Stack()
+    DeviceService.pin_to_cpu(m.blocks[0])
+    layout = analyse(m)
+    assert [u.name for u in layout.units] == ["blocks.1", "blocks.2"]
+    assert not any(n.startswith("blocks.0") for n in names(layout, layout.fixed))
+
+
+def test_weight_norm_parameters_stream_with_their_conv():
+    from torch.nn.utils import parametrizations, weight_norm
+    m = nn.ModuleList([nn.Sequential(parametrizations.weight_norm(nn.Conv1d(256, 256, 9)),
+                                     weight_norm(nn.Conv1d(256, 256, 9))) for _ in range(3)])
+    layout = analyse(m)
+    streamed = streamed_names(layout)
+    assert "1.0.parametrizations.weight.original0" in streamed
+    assert "1.0.parametrizations.weight.original1" in streamed
+    assert "1.1.weight_g" in streamed and "1.1.weight_v" in streamed
