@@ -216,6 +216,17 @@ class ModelHandle:
         """Take the whole component off the device; weights with host copies are just dropped."""
         return self.partially_unload(self.loaded_bytes) if self.loaded_bytes else 0
 
+    def drop_host_copies(self) -> int:
+        """Forget host copies of a fully placed component (RAM relief); returns the bytes dropped.
+
+        Partially loaded components keep theirs: their streamed units live there.
+        """
+        if not self.managed or not self._fixed_placed or self.partial:
+            return 0
+        dropped = self.host_bytes
+        self._host.clear()
+        return dropped
+
     def replace(self, source: nn.Module | Mapping[str, torch.Tensor]) -> None:
         """Change weights after placement (same names and shapes) without staling host copies."""
         state = source.state_dict() if isinstance(source, nn.Module) else dict(source)

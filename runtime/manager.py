@@ -117,6 +117,7 @@ class ModelManager:
                 h.touch()
                 if h.in_use == 0:
                     self._owners.pop(h, None)
+                    self.streamer(h.device).drop(h)  # idle copies would hold memory nobody accounts for
             self._cond.notify_all()
 
     def _load_group(self, device: torch.device, group: list[ModelHandle], memory: int) -> dict[str, dict]:
@@ -133,8 +134,6 @@ class ModelManager:
             free = self.free_bytes(device)
         # Room for the weights: free memory plus what the group already holds.
         room = free + sum(h.loaded_bytes for h in group) - working - reserve
-        if mode == "low":
-            room = min(room, (free - working - reserve) // 2 + sum(h.loaded_bytes for h in group))
         decisions = {}
         remaining = sorted(group, key=lambda h: h.size_bytes)
         while remaining:
@@ -148,6 +147,8 @@ class ModelManager:
     def _place(self, h: ModelHandle, mode: str, budget: int, free: int, working: int, reserve: int) -> dict:
         if mode == "none":
             budget = h.layout.fixed_bytes  # every unit streams
+        elif mode == "low":
+            budget = max(h.min_working_set, min(budget, h.size_bytes // 2))  # at most half resident
         elif mode in ("high", "shared"):
             budget = None
         elif budget < h.min_working_set:

@@ -127,7 +127,8 @@ class RequestContext:
             streamed = [h for h in handles if str(h.device) == tracker.memory.name]
             copies = sum(self.manager.streamer(h.device).slots(h) * max((u.nbytes for u in h._streamed_units()), default=0)
                          for h in streamed)
-            stays = max(0, tracker.memory.used - tracker.start)
+            cached = sum(self.manager.streamer(h.device).cached_bytes(h) for h in streamed)
+            stays = max(0, tracker.memory.used - tracker.start - cached)
             measured = max(0, tracker.peak_bytes - copies - stays)
             for h in streamed:
                 key = self.manager.calibration_key(h)

@@ -55,6 +55,7 @@ class Streamer:
         cache = self._cache.setdefault(handle, OrderedDict())
         copy = cache.get(unit)
         if copy is None:
+            self._trim(handle, cache, room_for=1)
             copy = self._copy(handle, unit, side=False)
             cache[unit] = copy
         else:
@@ -67,7 +68,6 @@ class Streamer:
                 copy.event = None
         for p, t in zip(unit.params, copy.tensors):
             assign(p, t)
-        self._trim(handle, cache)
         if self._last is not None and self._last is not unit:
             self._next[self._last] = unit
         self._last = unit
@@ -99,12 +99,12 @@ class Streamer:
     def _prefetch(self, handle: ModelHandle, cache: OrderedDict, nxt: Unit | None) -> None:
         if nxt is None or nxt in cache or nxt.hot or nxt not in handle._streamed_units():
             return
+        self._trim(handle, cache, room_for=1)
         cache[nxt] = self._copy(handle, nxt, side=True)
-        self._trim(handle, cache)
 
-    def _trim(self, handle: ModelHandle, cache: OrderedDict) -> None:
-        """Drop the oldest copies beyond the component's slots, never one that is in use."""
-        excess = len(cache) - self.slots(handle)
+    def _trim(self, handle: ModelHandle, cache: OrderedDict, room_for: int = 0) -> None:
+        """Drop the oldest copies so `room_for` more fit in the component's slots; never one in use."""
+        excess = len(cache) + room_for - self.slots(handle)
         for unit in list(cache):
             if excess <= 0:
                 break

@@ -1,0 +1,239 @@
+"""Dtype-first loading: the host holds one copy of the weights, in the dtype they will run in.
+
+The usual way to load a half-precision checkpoint builds the module in float32 (random init, twice
+the checkpoint's bytes), reads the checkpoint into a dict (one more copy, plus the file's pages while
+it is mapped) and converts the module (a third copy, tensor by tensor): three to four times the
+checkpoint in host RAM at the peak. `load_module` builds the module with its parameters on the
+`meta` device (no memory, no random init), reads each tensor of the safetensors file straight into
+a tensor of the target dtype and puts it in place: the peak is the checkpoint's bytes plus one
+tensor. The result is bit-identical to building in float32, `load_state_dict` and `.to(dtype)`.
+
+    model = load_module(lambda: Talker(config), "talker.safetensors", torch.bfloat16)
+
+Buffers are built normally by the factory (so computed, non-persistent ones such as RoPE
+frequencies keep their values); persistent buffers are loaded from the file like parameters. While
+the factory runs, `nn.Module.register_parameter` is patched (the way `accelerate.init_empty_weights`
+does it), so do not build other modules on another thread at the same time.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+__all__ = ["CheckpointError", "load_module", "read_safetensors_header"]
+
+MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
+_CHUNK = 64 << 20  # bytes read per call (large reads in one call can come back short)
+
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool, "C64": torch.complex64,
+}
+for _name, _attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64"),
+                     ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
+    if hasattr(torch, _attr):
+        SAFETENSORS_DTYPES[_name] = getattr(torch, _attr)
+
+
+class CheckpointError(ValueError):
+    """The file is not a readable safetensors checkpoint, or it does not match the module."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    begin: int  # absolute offset in the file
+    nbytes: int
+
+
+def read_safetensors_header(path: str | os.PathLike) -> dict[str, TensorInfo]:
+    """The tensors a safetensors file holds (name -> dtype, shape, offset), validated against its size."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: not a safetensors file ({size} bytes, too short for a header)")
+        (n,) = struct.unpack("<Q", head)
+        if n > MAX_HEADER_BYTES or 8 + n > size:
+            raise CheckpointError(f"{path}: not a safetensors file, or truncated (header of {n} bytes "
+                                  f"in a file of {size} bytes)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON: {e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors file (its header is not a JSON object)")
+    data_start, data_size = 8 + n, size - 8 - n
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            shape = tuple(int(s) for s in shape)
+            begin, end = int(begin), int(end)
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path}: malformed header entry for {name!r}: {entry!r}") from None
+        dtype = SAFETENSORS_DTYPES.get(dtype_name)
+        if dtype is None:
+            raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype_name!r}, which this torch "
+                                  f"cannot hold")
+        if any(s < 0 for s in shape):
+            raise CheckpointError(f"{path}: tensor {name!r} has a negative dimension {shape}")
+        expected = math.prod(shape) * dtype.itemsize
+        if not 0 <= begin <= end or end - begin != expected:
+            raise CheckpointError(f"{path}: tensor {name!r} ({dtype_name} {list(shape)}) has offsets "
+                                  f"[{begin}, {end}], expected {expected} bytes")
+        if end > data_size:
+            raise CheckpointError(f"{path}: truncated: tensor {name!r} ends at byte {data_start + end} "
+                                  f"of a file of {size} bytes")
+        tensors[name] = TensorInfo(dtype, shape, data_start + begin, expected)
+    spans = sorted((t.begin, t.begin + t.nbytes, name) for name, t in tensors.items() if t.nbytes)
+    for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
+        if begin < end:
+            raise CheckpointError(f"{path}: tensors {a!r} and {b!r} overlap in the file")
+    return tensors
+
+
+@contextlib.contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Every parameter registered in the block lives on `meta` (buffers stay where they are built)."""
+    original = nn.Module.register_parameter
+
+    def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        original(module, name, param)
+        p = module._parameters.get(name)
+        if p is None or p.device.type == "meta" or isinstance(p, nn.parameter.UninitializedParameter):
+            return
+        module._parameters[name] = nn.Parameter(p.detach().to("meta"), requires_grad=p.requires_grad)
+
+    nn.Module.register_parameter = register_parameter
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original
+
+
+@dataclass
+class _Slot:
+    """One tensor of the module and every (owner, attribute, key) it is reachable as (tied weights)."""
+
+    tensor: torch.Tensor
+    is_param: bool
+    places: list[tuple[nn.Module, str, str]]
+
+
+def _slots(module: nn.Module) -> list[_Slot]:
+    slots: dict[int, _Slot] = {}
+    for prefix, owner in module.named_modules(remove_duplicate=False):
+        dot = f"{prefix}." if prefix else ""
+        for attr, p in owner._parameters.items():
+            if p is not None:
+                slots.setdefault(id(p), _Slot(p, True, [])).places.append((owner, attr, dot + attr))
+        for attr, b in owner._buffers.items():
+            if b is not None and attr not in owner._non_persistent_buffers_set:
+                slots.setdefault(id(b), _Slot(b, False, [])).places.append((owner, attr, dot + attr))
+    for s in slots.values():  # a module reachable twice lists the same place twice
+        s.places = list({key: (o, a, key) for o, a, key in s.places}.values())
+    return list(slots.values())
+
+
+def _read_into(f, info: TensorInfo, path: Path, key: str) -> torch.Tensor:
+    out = torch.empty(info.shape, dtype=info.dtype)
+    if info.nbytes == 0:
+        return out
+    view = memoryview(out.reshape(-1).view(torch.uint8).numpy()).cast("B")
+    f.seek(info.begin)
+    done = 0
+    while done < info.nbytes:
+        got = f.readinto(view[done:done + _CHUNK])
+        if not got:
+            raise CheckpointError(f"{path}: truncated while reading {key!r}")
+        done += got
+    return out
+
+
+def _describe(keys: list[str], limit: int = 8) -> str:
+    shown = ", ".join(keys[:limit])
+    return f"({len(keys)}) {shown}" + (", ..." if len(keys) > limit else "")
+
+
+def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
+                dtype: torch.dtype | None = None) -> nn.Module:
+    """Build `factory()` without allocating its parameters, then load the safetensors file at `path`.
+
+    Floating-point parameters and buffers end in `dtype` (None: the dtypes the factory declares);
+    the result equals `m = factory(); m.load_state_dict(file); m.to(dtype)` bit for bit, with one
+    copy of the weights in host memory instead of three or four. Every parameter and persistent
+    buffer must be in the file (a tied weight under any of its names) and the file must hold nothing
+    else; shapes must match. Raises FileNotFoundError for a missing file and CheckpointError for a
+    file that is not safetensors, is truncated, or does not match the module.
+    """
+    path = Path(path)
+    infos = read_safetensors_header(path)
+    with _parameters_on_meta():
+        module = factory()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"load_module: the factory returned {type(module).__name__}, not an nn.Module")
+
+    slots = _slots(module)
+    plan: list[tuple[_Slot, str]] = []
+    missing: list[str] = []
+    mismatched: list[str] = []
+    expected: set[str] = set()
+    for slot in slots:
+        keys = [key for _, _, key in slot.places]
+        expected.update(keys)
+        present = [k for k in keys if k in infos]
+        if not present:
+            missing.append(keys[0])
+            continue
+        key = present[-1]  # as load_state_dict: the last alias in state_dict order wins
+        if infos[key].shape != tuple(slot.tensor.shape):
+            mismatched.append(f"{key}: checkpoint {list(infos[key].shape)}, module {list(slot.tensor.shape)}")
+            continue
+        plan.append((slot, key))
+    unexpected = sorted(set(infos) - expected)
+    if missing or unexpected or mismatched:
+        problems = []
+        if missing:
+            problems.append(f"missing keys {_describe(missing)}")
+        if unexpected:
+            problems.append(f"unexpected keys {_describe(unexpected)}")
+        if mismatched:
+            problems.append(f"shape mismatch {_describe(mismatched)}")
+        raise CheckpointError(f"{path} does not match {type(module).__name__}: " + "; ".join(problems))
+
+    with open(path, "rb") as f:
+        for slot, key in plan:
+            declared = slot.tensor.dtype
+            final = dtype if dtype is not None and declared.is_floating_point else declared
+            value = _read_into(f, infos[key], path, key)
+            if value.dtype != final:
+                # Through the declared dtype first, exactly as load_state_dict then .to(dtype) rounds.
+                value = value.to(declared).to(final)
+            new = nn.Parameter(value, requires_grad=slot.tensor.requires_grad) if slot.is_param else value
+            for owner, attr, _ in slot.places:
+                (owner._parameters if slot.is_param else owner._buffers)[attr] = new
+    if dtype is not None:
+        module.to(dtype)  # the factory's own (non-persistent) floating buffers; loaded tensors are already there
+    left = [n for n, t in list(module.named_parameters()) + list(module.named_buffers()) if t.device.type == "meta"]
+    if left:
+        raise CheckpointError(f"{path}: {type(module).__name__} still has weights on the meta device after "
+                              f"loading: {_describe(left)}")
+    return module
