@@ -1,5 +1,7 @@
 """`python -m mizuoto`: the command line."""
+import sys
+
 from .cli import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

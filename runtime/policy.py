@@ -180,6 +180,20 @@ def _read_file(path: Path) -> Mapping[str, Any]:
     return data
 
 
+def parse_setting(key: str, text: str, source: str = "command line") -> Any:
+    """A setting's value from text (environment, command line, UI): typed and validated."""
+    kind = _kind(key, source)
+    if kind.parse is None:
+        value = [name.strip() for name in text.split(",") if name.strip()]
+    else:
+        try:
+            value = kind.parse(text)
+        except ValueError:
+            raise SettingsError(f"setting {key!r} from {source}: {text!r} is not valid; "
+                                f"expected {kind.expected}") from None
+    return _checked(key, value, source)
+
+
 def _from_environment(environ: Mapping[str, str]) -> Iterator[tuple[str, Any, str]]:
     if environ.get("MIZUOTO_SETTINGS"):
         source = "environment variable MIZUOTO_SETTINGS"
@@ -195,14 +209,7 @@ def _from_environment(environ: Mapping[str, str]) -> Iterator[tuple[str, Any, st
     for variable in sorted(v for v in environ if v.startswith(_ENV_PREFIX)):
         key = "compute." + variable[len(_ENV_PREFIX):].lower()
         source = f"environment variable {variable}"
-        kind = _kind(key, source)
-        assert kind.parse is not None       # "compute." keys always have one
-        try:
-            value = kind.parse(environ[variable])
-        except ValueError:
-            raise SettingsError(f"setting {key!r} from {source}: {environ[variable]!r} is not valid; "
-                                f"expected {kind.expected}") from None
-        yield key, value, source
+        yield key, parse_setting(key, environ[variable], source), source
 
 
 def _auto_pinned_bytes(ram: int, windows: bool) -> int:
