@@ -13,7 +13,7 @@ import contextlib
 import logging
 import platform
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import psutil
@@ -50,15 +50,20 @@ class SimulatedMemory:
         self.used = 0
         self.peak = 0
         self._live: dict[int, int] = {}
+        # Bytes others hold on this device (another library's models, another process), for tests
+        # that share a simulated device with ComfyUI.
+        self.external: Callable[[], int] = lambda: 0
 
     def allocate(self, storage: torch.UntypedStorage) -> None:
         ptr, nbytes = storage.data_ptr(), storage.nbytes()
         if nbytes == 0 or ptr in self._live:
             return
-        if self.used + nbytes > self.capacity:
+        external = self.external()
+        if self.used + external + nbytes > self.capacity:
             raise torch.OutOfMemoryError(
                 f"simulated device {self.name}: out of memory allocating {nbytes / 2**20:.2f} MiB "
-                f"({self.used / 2**20:.2f} MiB in use of {self.capacity / 2**20:.2f} MiB)"
+                f"({self.used / 2**20:.2f} MiB in use, {external / 2**20:.2f} MiB held by others, "
+                f"of {self.capacity / 2**20:.2f} MiB)"
             )
         self._live[ptr] = nbytes
         self.used += nbytes
@@ -145,8 +150,8 @@ class DeviceService:
         if strict and not self.simulated:
             raise ValueError("DeviceService(strict=True) needs simulate={'cpu': nbytes}")
         for name in self.simulated:
-            if name != "cpu":
-                raise ValueError(f"simulate: only 'cpu' can be simulated, got {name!r}")
+            if torch.device(name).type != "cpu":
+                raise ValueError(f"simulate: only the CPU ('cpu' or 'cpu:N') can be simulated, got {name!r}")
         self.strict = strict
         self.transfers = Transfers()
         # id(parameter) -> "component.param" for strict-mode error messages
@@ -209,7 +214,7 @@ class DeviceService:
         device = torch.device(device)
         if self.is_simulated(device):
             mem = self.memory(device)
-            free = mem.capacity - mem.used
+            free = mem.capacity - mem.used - mem.external()
         elif device.type == "cuda":
             driver_free, _ = torch.cuda.mem_get_info(device)
             free = driver_free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)

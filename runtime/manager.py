@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterable
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import psutil
 import torch
@@ -21,6 +22,9 @@ import torch
 from .calibration import Calibration
 from .devices import DeviceService, default_vram_reserve
 from .handles import ModelHandle
+
+if TYPE_CHECKING:
+    from .comfy.bridge import ComfyArbiter
 from .phases import Cancelled, RequestContext
 from .pinning import PinBudget
 from .policy import VramPolicy
@@ -34,8 +38,9 @@ GPU_JOB_WAIT_S = 600.0
 
 class ModelManager:
     def __init__(self, devices: DeviceService, policy: VramPolicy | None = None, *,
-                 calibration: Calibration | None = None) -> None:
+                 calibration: Calibration | None = None, arbiter: ComfyArbiter | None = None) -> None:
         self.devices = devices
+        self.arbiter = arbiter  # ComfyUI's memory arbitration, when running inside ComfyUI
         self.policy = policy if policy is not None else VramPolicy()
         self.calibration = calibration if calibration is not None else Calibration()
         self.handles: list[ModelHandle] = []
@@ -54,6 +59,8 @@ class ModelManager:
         handle.pinned = handle.name in self.policy.get(f"engines.{engine}.pinned_models")
         handle.attach(self.devices, device, self.streamer(device))
         self.handles.append(handle)
+        if self.arbiter is not None:
+            self.arbiter.register(handle)
         return handle
 
     def unregister(self, handle: ModelHandle) -> None:
@@ -61,6 +68,8 @@ class ModelManager:
             if handle.in_use:
                 raise RuntimeError(f"unregister: component {handle.name!r} is in use")
             self.streamer(handle.device).drop(handle)
+            if self.arbiter is not None:
+                self.arbiter.forget(handle)
             handle.detach()
             self.handles.remove(handle)
 
@@ -128,6 +137,9 @@ class ModelManager:
         if mode == "none":
             pending = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group)
         need = pending + working + reserve
+        if self.arbiter is not None:
+            minimum = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group) + working
+            self.arbiter.make_room(device, group, working, minimum)
         free = self.free_bytes(device)
         if free < need:
             self.make_room(device, need - free, exclude=group, reason=", ".join(h.name for h in group))

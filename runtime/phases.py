@@ -59,8 +59,11 @@ class RequestContext:
         self.cancel_event.set()
 
     def check_cancelled(self) -> None:
+        """Between streamed copies and chunks: our cancel flag, then ComfyUI's interrupt."""
         if self.cancel_event.is_set():
             raise Cancelled("request cancelled")
+        if self.manager.arbiter is not None:
+            self.manager.arbiter.interrupted()
 
     # ---- phases -------------------------------------------------------------------------------
     @contextlib.contextmanager

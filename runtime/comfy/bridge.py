@@ -1,0 +1,158 @@
+"""The ComfyUI bridge: our components take part in ComfyUI's own memory arbitration.
+
+Each component gets a duck-typed patcher registered through `load_models_gpu`, so ComfyUI's
+`free_memory` (run when a diffusion model loads) takes our units back byte-accurately through
+`partially_unload`, and `unload_all_models` (the "Free memory" button, after an OOM) unloads ours.
+Before a phase places its components, the manager asks ComfyUI to make room the same way
+(`load_models_gpu` with our working memory and minimum working set): diffusion models are
+offloaded by ComfyUI's own order and partial unloading. Our patchers never claim to be dynamic.
+
+This is the only module that touches ComfyUI; it takes the `comfy.model_management` module as an
+argument so tests can run it against a real ComfyUI and against an in-repo stand-in.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ..handles import ModelHandle
+    from ..policy import VramPolicy
+
+log = logging.getLogger("mizuoto.runtime")
+
+MB = 1 << 20
+
+
+class ComponentPatcher:
+    """What ComfyUI's LoadedModel needs from a model, backed by one of our ModelHandles."""
+
+    def __init__(self, handle: ModelHandle, load_device: torch.device) -> None:
+        self.handle = handle
+        self.model = handle.module  # weak-referenced by ComfyUI; the handle holds it strongly
+        self.load_device = load_device
+        self.offload_device = torch.device("cpu")
+        self.parent = None
+        self.clone_base_uuid = uuid.uuid4()
+        self.is_multigpu_base_clone = False
+        self.freed_log: list[tuple[int, int]] = []  # (asked, freed) per partially_unload, for reports
+
+    # ---- identity and description ------------------------------------------------------------
+    def is_clone(self, other: object) -> bool:
+        return other is self or getattr(other, "model", None) is self.model
+
+    def is_dynamic(self) -> bool:
+        return False  # never: dynamic models are not evicted for other dynamic models
+
+    def model_patches_models(self) -> list:
+        return []
+
+    def model_patches_to(self, device_or_dtype) -> None:
+        return None
+
+    def model_dtype(self) -> torch.dtype | None:
+        return next((t.dtype for t in self.handle.layout.fixed), None)
+
+    def lowvram_patch_counter(self) -> int:
+        return 0
+
+    def get_nested_additional_models(self) -> list:
+        return []
+
+    # ---- sizes ----------------------------------------------------------------------------------
+    def model_size(self) -> int:
+        return self.handle.size_bytes
+
+    def loaded_size(self) -> int:
+        return self.handle.loaded_bytes
+
+    def current_loaded_device(self) -> torch.device:
+        return self.load_device if self.handle.loaded_bytes else self.offload_device
+
+    # ---- moves ----------------------------------------------------------------------------------
+    def partially_load(self, device, extra_memory, force_patch_weights: bool = False) -> int:
+        # Registration only: the manager places the phase's components itself right after, whole or
+        # partially, because it knows their units, working memory and minimum working set.
+        return 0
+
+    def partially_unload(self, device_to, memory_to_free: int) -> int:
+        if self.handle.in_use:
+            return 0  # a running phase never yields; ComfyUI then drops only its list entry
+        freed = self.handle.partially_unload(int(memory_to_free))
+        self.freed_log.append((int(memory_to_free), freed))
+        if freed:
+            self.handle.gave_up_for = "ComfyUI"
+        log.info("ComfyUI took back %.1f MB of %s (asked %.1f MB)", freed / MB, self.handle.name,
+                 memory_to_free / MB)
+        return freed
+
+    def detach(self, unpatch_all: bool = True) -> None:
+        # unpatch_all=False comes with every re-request of the same model: keep the weights.
+        if unpatch_all and not self.handle.in_use:
+            self.handle.unload()
+            self.handle.cap_bytes = None
+
+
+class ComfyArbiter:
+    """Registers components with ComfyUI and asks it for room before our phases place them."""
+
+    def __init__(self, mm: ModuleType | None = None) -> None:
+        if mm is None:
+            import comfy.model_management as mm  # only when running inside ComfyUI
+        self.mm = mm
+        self.patchers: dict[ModelHandle, ComponentPatcher] = {}
+
+    def register(self, handle: ModelHandle) -> ComponentPatcher:
+        patcher = ComponentPatcher(handle, handle.device)
+        self.patchers[handle] = patcher  # ComfyUI keeps weak references only
+        return patcher
+
+    def forget(self, handle: ModelHandle) -> None:
+        """Remove the component from ComfyUI's list (so no "potential memory leak" is reported)."""
+        patcher = self.patchers.pop(handle, None)
+        if patcher is None:
+            return
+        models = self.mm.current_loaded_models
+        for i in range(len(models) - 1, -1, -1):
+            if models[i].model is patcher:
+                entry = models.pop(i)
+                if getattr(entry, "model_finalizer", None) is not None:
+                    entry.model_finalizer.detach()
+
+    def manages(self, device: torch.device) -> bool:
+        return torch.device(device) != torch.device("cpu")
+
+    def make_room(self, device: torch.device, handles: list[ModelHandle], working: int, minimum: int) -> None:
+        """Let ComfyUI free memory for the phase (its own eviction order) and register our components.
+
+        Largest first: load_models_gpu serves its list in reverse, so the small ones are budgeted first.
+        """
+        patchers = [self.patchers[h] for h in sorted(handles, key=lambda h: -h.size_bytes) if h in self.patchers]
+        if patchers and self.manages(device):
+            self.mm.load_models_gpu(patchers, memory_required=working, minimum_memory_required=minimum)
+
+    def interrupted(self) -> None:
+        """Raise ComfyUI's InterruptProcessingException (a BaseException) if the user pressed cancel."""
+        self.mm.throw_exception_if_processing_interrupted()
+
+
+def policy_from_comfy(mm: ModuleType, args) -> dict:
+    """ComfyUI's --lowvram/--novram/--highvram/--gpu-only/--reserve-vram as our settings."""
+    state = mm.vram_state
+    names = {"LOW_VRAM": "low", "NO_VRAM": "none", "HIGH_VRAM": "high", "SHARED": "shared", "NORMAL_VRAM": "normal"}
+    out = {"compute.vram_mode": names.get(getattr(state, "name", ""), "normal")}
+    if getattr(args, "gpu_only", False):
+        out["compute.vram_mode"] = "high"
+    if getattr(args, "reserve_vram", None) is not None:
+        out["compute.vram_reserve_mb"] = int(args.reserve_vram * 1024)
+    return out
+
+
+def apply_comfy_defaults(policy: VramPolicy, mm: ModuleType, args) -> VramPolicy:
+    """ComfyUI's command line fills in what the user's own settings leave at their defaults."""
+    mapped = {k: v for k, v in policy_from_comfy(mm, args).items() if policy.source(k) == "default"}
+    return policy.with_overrides(mapped) if mapped else policy
