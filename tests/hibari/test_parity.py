@@ -1,0 +1,120 @@
+"""Parity with hibari-tts itself (needs onnx + onnxruntime: pip install onnx onnxruntime).
+
+- the torch model vs onnxruntime running hibari.onnx with its int8 weights dequantized to fp32
+  (activation quantization makes the shipped int8 path irreproducible by any float implementation);
+- the torch DSP vs hibari's numpy DSP on the same inputs and the same noise;
+- our G2P (torch OOV net) vs hibari's G2P (onnxruntime OOV net);
+- end to end: our voice vs hibari's own pipeline on the dequantized graph, same noise.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+sys.path.insert(0, str(Path(__file__).parent))               # --import-mode=importlib adds no test dirs
+from reference import dequantized_model, run, session  # noqa: E402
+
+from mizuoto.nodes.hibari import dsp  # noqa: E402
+
+SENTENCES = [
+    "Hello there, this is hibari.",
+    "The quick brown fox jumps over the lazy dog.",
+    "On the 3rd of March 2024, 1,250 people paid $9.99 each to hear it read at 7:30 pm.",
+    "The Zorblaxian envoy befuddled Dr. Thistlewaite with cromulent grumbleweed!",
+    "Why?",
+    "She sells sea shells by the sea shore, and the shells she sells are surely seashells; I'm sure of it.",
+    "Kubernetes clusters in Reykjavik run Mizuoto's xylophonist scheduler.",
+]
+OOV_WORDS = ["Zorblaxian", "Thistlewaite", "grumbleweed", "Mizuoto", "Kubernetes", "xylophonist", "Qatarization",
+             "Yggdrasil", "Ngozi", "Llanfair", "Hibari", "ComfyUI"]
+
+
+class FixedNoise:
+    """Stands in for hibari's numpy Generator: returns the noise we also give our DSP."""
+
+    def __init__(self, z: np.ndarray):
+        self.z = z
+
+    def standard_normal(self, shape, dtype):
+        assert shape == self.z.shape and dtype == np.float32
+        return self.z.copy()
+
+
+@pytest.fixture(scope="module")
+def hibari_tts():
+    import hibari
+    return hibari.Hibari()
+
+
+@pytest.fixture(scope="module")
+def reference(onnx_path):
+    return session(dequantized_model(str(onnx_path)))
+
+
+def _noise(frames: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
+    z = np.random.default_rng(seed).standard_normal((601, 2 * frames), dtype=np.float32)
+    return z, torch.view_as_complex(torch.from_numpy(z.copy()).view(601, frames, 2))
+
+
+def test_phonemes_equal_hibari(voice, hibari_tts):
+    for text in SENTENCES + [" ".join(SENTENCES)]:
+        assert voice.g2p.chunks(text) == hibari_tts.phonemize(text), text
+    for word in OOV_WORDS:
+        assert voice.g2p.g2p.oov(word) == hibari_tts.g2p.oov(word), word
+
+
+@pytest.mark.parametrize("speed", [1.0, 1.3, 0.8])
+def test_model_matches_dequantized_graph(voice, hibari_tts, reference, speed):
+    for text in SENTENCES:
+        for phonemes in hibari_tts.phonemize(text):
+            ids = hibari_tts.ids(phonemes)
+            ref = run(reference, ids, speed)
+            ours = voice.acoustic(torch.tensor([ids]), speed)
+            assert ours["f0"].shape == ref["f0"].shape, (text, speed)        # identical frame counts
+            for k, r in ref.items():
+                o, r = ours[k].numpy(), r
+                scale = 100.0 if k == "f0" else 1.0                          # f0 is the net's output x 100 Hz
+                np.testing.assert_allclose(o / scale, r / scale, atol=1e-4, rtol=1e-4, err_msg=f"{k} {text!r}")
+
+
+def test_dsp_matches_hibari_numpy(voice, hibari_tts):
+    from hibari import dsp as hibari_dsp
+    for i, text in enumerate(SENTENCES[:4]):
+        parts = voice.acoustic(voice.ids(voice.chunks(text)[0]), 1.0)
+        z_np, z = _noise(parts["f0"].shape[-1], i)
+        np_parts = [parts[k][0].numpy() for k in ("lh", "theta", "ln", "lr", "phi", "f0")]
+        ref = hibari_dsp.synth(*np_parts, FixedNoise(z_np))
+        ours = dsp.synth(parts, z).numpy()
+        assert ours.shape == ref.shape
+        np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(dsp.pulses(parts["f0"][0]).numpy(), hibari_dsp.pulses(np_parts[5]),
+                                   atol=1e-3, rtol=1e-5)
+
+
+def test_end_to_end_matches_hibari_pipeline(voice, onnx_path, tmp_path):
+    """hibari's own Hibari class on the dequantized graph, fed the noise of our per-chunk generators."""
+    import hibari
+    fp32 = tmp_path / "hibari_fp32.onnx"
+    fp32.write_bytes(dequantized_model(str(onnx_path)).SerializeToString())
+    tts = hibari.Hibari(model=str(fp32))
+    text = f"{SENTENCES[0]} {SENTENCES[3]}"
+    ours, _ = voice.synthesize(text, seed=11, speed=0.8)
+    ref = []
+    for i, phonemes in enumerate(tts.phonemize(text)):
+        frames = voice.acoustic(voice.ids(phonemes), 0.8)["f0"].shape[-1]
+        z = dsp.noise(frames, torch.Generator().manual_seed(11 + i))
+        ref.append(tts.from_ids(tts.ids(phonemes), 0.8, FixedNoise(torch.view_as_real(z).reshape(601, -1).numpy())))
+    ref = np.concatenate(ref)
+    assert len(ref) > 0 and ours.shape == ref.shape
+    err = np.linalg.norm(ours.numpy() - ref) / np.linalg.norm(ref)
+    # The model's ~1e-4 Hz f0 differences accumulate in the pulse phase (times the harmonic number, up to
+    # ~270) and flip the harmonic count in a few samples, so this is an energy bound, not per sample;
+    # measured 2e-5 .. 2.3e-3 over the sentences above at speeds 1.0 and 0.8.
+    assert err < 1e-2, f"relative waveform error {err:.2e}"
