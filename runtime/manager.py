@@ -41,7 +41,8 @@ class ModelManager:
                  calibration: Calibration | None = None, arbiter: ComfyArbiter | None = None) -> None:
         self.devices = devices
         self.arbiter = arbiter  # ComfyUI's memory arbitration, when running inside ComfyUI
-        self.policy = policy if policy is not None else VramPolicy()
+        self._policy = policy if policy is not None else VramPolicy()
+        self._request_policy: VramPolicy | None = None  # a request's per-call overrides, during its load
         self.calibration = calibration if calibration is not None else Calibration()
         self.handles: list[ModelHandle] = []
         self._streamers: dict[str, Streamer] = {}
@@ -49,6 +50,14 @@ class ModelManager:
         self._cond = threading.Condition(threading.RLock())
         self._owners: dict[ModelHandle, object] = {}  # handle -> request using it
         self.last_decisions: dict[str, dict] = {}
+
+    @property
+    def policy(self) -> VramPolicy:
+        return self._request_policy if self._request_policy is not None else self._policy
+
+    @policy.setter
+    def policy(self, policy: VramPolicy) -> None:
+        self._policy = policy
 
     # ---- registry -----------------------------------------------------------------------------
     def register(self, handle: ModelHandle, engine: str, device: torch.device | str = "cpu") -> ModelHandle:
@@ -103,7 +112,7 @@ class ModelManager:
     def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None) -> dict[str, dict]:
         """Place a phase's components for `memory` bytes of working memory; marks them in use."""
         decisions: dict[str, dict] = {}
-        with self._cond:
+        with self._cond, self._policy_of(owner):
             for h in handles:
                 if h not in self.handles:
                     raise ValueError(f"load: component {h.name!r} is not registered with this manager")
@@ -118,6 +127,14 @@ class ModelManager:
                 self._owners[h] = owner
         self.last_decisions = decisions
         return decisions
+
+    @contextmanager
+    def _policy_of(self, owner: object):
+        self._request_policy = getattr(owner, "policy", None)
+        try:
+            yield
+        finally:
+            self._request_policy = None
 
     def release(self, handles: list[ModelHandle]) -> None:
         with self._cond:
@@ -266,7 +283,8 @@ class ModelManager:
             for s, p in zip(streamers, previous):
                 s.cancel_check = p
 
-    def request(self, seed: int = 0, cancel: threading.Event | None = None) -> RequestContext:
-        """A request: its generator, cancellation, phases and the meta it reports."""
-        return RequestContext(self, seed=seed, cancel=cancel)
+    def request(self, seed: int = 0, cancel: threading.Event | None = None,
+                settings: dict | None = None) -> RequestContext:
+        """A request: its generator, cancellation, per-call setting overrides, phases and meta."""
+        return RequestContext(self, seed=seed, cancel=cancel, settings=settings)
 

@@ -33,8 +33,10 @@ class Cancelled(Exception):
 
 
 class RequestContext:
-    def __init__(self, manager: ModelManager, seed: int = 0, cancel: threading.Event | None = None) -> None:
+    def __init__(self, manager: ModelManager, seed: int = 0, cancel: threading.Event | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
         self.manager = manager
+        self.policy = manager.policy.with_overrides(settings) if settings else manager.policy
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
         self.cancel_event = cancel if cancel is not None else threading.Event()
@@ -91,7 +93,7 @@ class RequestContext:
     def run(self, name: str, handles: Sequence[ModelHandle], fn: Callable[[], Any], memory: int = 0,
             generators: Sequence[torch.Generator] = (), fallback: tuple[str, Callable[[], Any]] | None = None) -> Any:
         """Run a pure function as a phase, with the exact OOM retry and the optional fallback."""
-        policy = self.manager.policy
+        policy = self.policy
         retries = MAX_OOM_RETRIES if policy.get("compute.oom_retry") else 0
         states = _RngStates(self.generator, generators)
         attempt = 0

@@ -304,3 +304,16 @@ def test_max_resident_models_and_unload_after_minutes():
     assert service.enforce_resident_limit() == ["a"]
     now[0] = time.monotonic() + 120
     assert service.unload_idle() == ["b"] and b.loaded_bytes == 0
+
+
+def test_per_request_settings_override_the_manager_policy():
+    _, manager = make(256 * MB)
+    h = add(manager, "a")
+    with manager.request(settings={"compute.vram_mode": "none"}) as ctx, ctx.use([h]):
+        pass
+    assert ctx.meta["memory"]["partial"]["a"]["reason"] == "vram_mode none"
+    with manager.request() as ctx, ctx.use([h]):
+        pass
+    assert not h.partial and manager.policy.get("compute.vram_mode") == "normal"
+    with pytest.raises(Exception, match="compute.vram_mod"):
+        manager.request(settings={"compute.vram_mod": "none"})
