@@ -25,7 +25,10 @@ FLOAT = 4
 class HibariEngine:
     PHASED = True
     engine_id = "hibari"
+    name = "hibari heart"
     sample_rate = SAMPLE_RATE
+    voices = ("heart",)
+    languages = ("auto", "en")
 
     def __init__(self, voice: HibariVoice, manager: ModelManager, device: torch.device | str = "cpu") -> None:
         self.voice = voice
@@ -54,8 +57,17 @@ class HibariEngine:
         return frames * (SPEC_BINS * 8 * 8 + 300 * 4 * 8) + (1 << 20)
 
     def speak(self, ctx: RequestContext, text: str, *, seed: int = 0, speed: float = 1.0,
+              language: str = "auto", voice: str | None = None, reference=None, reference_text: str | None = None,
               progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
         """Text -> mono float32 waveform [T] on the CPU; long text goes sentence chunk by chunk."""
+        if language not in self.languages:
+            raise ValueError(f"language: the embedded voice speaks English; expected one of {self.languages}, "
+                             f"got {language!r}")
+        if voice not in (None, *self.voices):
+            raise ValueError(f"voice: the embedded voice has the voice {self.voices}, got {voice!r}")
+        if reference is not None or reference_text:
+            raise ValueError("reference_audio: the embedded voice cannot clone a voice; use an engine that "
+                             "supports reference audio (e.g. Qwen3-TTS Base)")
         speed = _check_speed(speed)
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED:
             raise ValueError(f"seed: expected an int in [0, 2**63 - 1], got {seed!r}")

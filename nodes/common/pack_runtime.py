@@ -1,0 +1,65 @@
+"""The pack's runtime inside ComfyUI (or the command line): one DeviceService, ModelManager and
+RuntimeService per process, created on first use, wired to ComfyUI's memory arbitration when
+ComfyUI is running. Tests build their own runtimes instead of using this one.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...runtime import DeviceService, ModelManager, VramPolicy
+from ...runtime.service import RuntimeService
+
+MB = 1 << 20
+
+
+@dataclass
+class PackRuntime:
+    devices: DeviceService
+    manager: ModelManager
+    service: RuntimeService
+    device: torch.device
+    last_meta: dict[str, Any] = field(default_factory=dict)  # the last request's meta, for the panel
+
+
+_lock = threading.Lock()
+_runtime: PackRuntime | None = None
+
+
+def in_comfyui() -> bool:
+    """ComfyUI is running this process (never imported here, only detected)."""
+    return "comfy.model_management" in sys.modules and "folder_paths" in sys.modules
+
+
+def build_runtime(policy: VramPolicy | None = None) -> PackRuntime:
+    policy = policy if policy is not None else VramPolicy()
+    arbiter = None
+    if in_comfyui():
+        import comfy.cli_args
+        import comfy.model_management as mm
+
+        from ...runtime.comfy.bridge import ComfyArbiter, apply_comfy_defaults
+        policy = apply_comfy_defaults(policy, mm, comfy.cli_args.args)
+        arbiter = ComfyArbiter(mm)
+        device = mm.get_torch_device()
+    simulate = policy.get("compute.simulate_vram_mb")
+    if simulate:
+        devices, device = DeviceService(simulate={"cpu": simulate * MB}), torch.device("cpu")
+    else:
+        devices = DeviceService()
+        if arbiter is None:
+            device = next((d for d in devices.devices() if d.type != "cpu"), torch.device("cpu"))
+    manager = ModelManager(devices, policy, arbiter=arbiter)
+    return PackRuntime(devices, manager, RuntimeService(manager), torch.device(device))
+
+
+def get_runtime() -> PackRuntime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = build_runtime()
+        return _runtime

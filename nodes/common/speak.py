@@ -1,0 +1,139 @@
+"""The engine-independent nodes: Speak (text -> AUDIO) and Runtime settings (per-graph compute.*)."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import torch
+
+from ...runtime import SettingsError, VramPolicy
+from ...runtime.policy import parse_setting
+from .pack_runtime import get_runtime
+
+CATEGORY = "audio/tts"
+LANGUAGES = ["auto", "en", "zh", "ja", "ko", "de", "fr", "ru", "pt", "es", "it"]
+MAX_SEED = 0xFFFFFFFFFFFFFFFF
+MAX_TEXT = 200_000  # characters; longer text is almost certainly a mistake (hours of audio)
+
+
+def _progress(total_hint: int, unique_id):
+    """ComfyUI's progress bar when running inside ComfyUI, else nothing."""
+    utils = sys.modules.get("comfy.utils")
+    if utils is None:
+        return None
+    bar = utils.ProgressBar(total_hint, node_id=unique_id)
+    return lambda done, total: bar.update_absolute(done, total)
+
+
+def reference_from_audio(audio: dict | None) -> tuple[torch.Tensor, int] | None:
+    """ComfyUI AUDIO ({"waveform": [B, C, T], "sample_rate"}) -> mono [T] float32 and its rate."""
+    if audio is None:
+        return None
+    if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
+        raise ValueError("reference_audio: expected ComfyUI AUDIO {'waveform': [B, C, T], 'sample_rate': int}")
+    wav = audio["waveform"]
+    if not isinstance(wav, torch.Tensor) or wav.dim() != 3 or wav.shape[-1] == 0:
+        raise ValueError(f"reference_audio: expected a waveform [B, C, T] with samples, got "
+                         f"{tuple(wav.shape) if isinstance(wav, torch.Tensor) else type(wav).__name__}")
+    return wav[0].float().mean(dim=0).cpu(), int(audio["sample_rate"])
+
+
+class MizuotoSpeak:
+    """Text to speech with any Mizuoto model; long text is read sentence by sentence."""
+
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("AUDIO",)
+    RETURN_NAMES = ("audio",)
+    FUNCTION = "speak"
+    DESCRIPTION = "Speech from text. Long text is split at sentence boundaries; chunk i uses seed + i."
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "model": ("MIZUOTO_TTS",),
+                "text": ("STRING", {"multiline": True, "default": "Hello from Mizuoto."}),
+                "seed": ("INT", {"default": 0, "min": 0, "max": MAX_SEED}),
+                "speed": ("FLOAT", {"default": 1.0, "min": 0.25, "max": 4.0, "step": 0.05}),
+                "language": (LANGUAGES, {"default": "auto"}),
+            },
+            "optional": {
+                "voice": ("STRING", {"default": "", "tooltip": "a speaker name of the model (empty: its default)"}),
+                "reference_audio": ("AUDIO", {"tooltip": "voice to clone, where the model supports it"}),
+                "reference_text": ("STRING", {"multiline": True, "default": "",
+                                              "tooltip": "what the reference audio says"}),
+                "settings": ("MIZUOTO_SETTINGS",),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    def speak(self, model, text: str, seed: int, speed: float, language: str, voice: str = "",
+              reference_audio: dict | None = None, reference_text: str = "", settings: dict | None = None,
+              unique_id=None) -> tuple[dict[str, Any]]:
+        if not hasattr(model, "speak"):
+            raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
+        if not isinstance(text, str) or len(text) > MAX_TEXT:
+            raise ValueError(f"text: expected a string of at most {MAX_TEXT} characters")
+        if language not in LANGUAGES:
+            raise ValueError(f"language: expected one of {LANGUAGES}, got {language!r}")
+        runtime = get_runtime()
+        with model.manager.request(seed=seed % (1 << 63), settings=settings) as ctx:
+            wav = model.speak(ctx, text, seed=seed % (1 << 63), speed=speed, language=language,
+                              voice=voice or None, reference=reference_from_audio(reference_audio),
+                              reference_text=reference_text or None, progress=_progress(1, unique_id))
+        runtime.last_meta = {"model": model.name, **ctx.meta}
+        return ({"waveform": wav.reshape(1, 1, -1).float().cpu(), "sample_rate": model.sample_rate},)
+
+
+SETTING_INPUTS = {
+    "vram_mode": (["default", "high", "normal", "low", "none"], "compute.vram_mode"),
+    "vram_reserve_mb": (("INT", {"default": -1, "min": -1, "max": 1 << 20}), "compute.vram_reserve_mb"),
+    "vram_limit_mb": (("INT", {"default": -1, "min": -1, "max": 1 << 22}), "compute.vram_limit_mb"),
+    "async_offload": (("INT", {"default": -1, "min": -1, "max": 8}), "compute.async_offload"),
+    "host_copies": (["default", "auto", "on", "off"], "compute.host_copies"),
+    "oom_retry": (["default", "on", "off"], "compute.oom_retry"),
+    "oom_fallback": (["default", "on", "off"], "compute.oom_fallback"),
+    "kv_cache": (["default", "dynamic", "static"], "compute.kv_cache"),
+}
+
+
+class MizuotoRuntimeSettings:
+    """Per-graph compute.* overrides for Speak (\"default\" / -1 keeps the pack's setting)."""
+
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("MIZUOTO_SETTINGS",)
+    RETURN_NAMES = ("settings",)
+    FUNCTION = "settings"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        required = {}
+        for name, (kind, _) in SETTING_INPUTS.items():
+            required[name] = (kind, {"default": "default"}) if isinstance(kind, list) else kind
+        return {"required": required,
+                "optional": {"more": ("STRING", {"multiline": True, "default": "",
+                                                 "tooltip": "other settings as JSON, e.g. {\"compute.gpu_jobs\": 2}"})}}
+
+    def settings(self, more: str = "", **values) -> tuple[dict[str, Any]]:
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            if name not in SETTING_INPUTS:
+                raise ValueError(f"{name}: not a Mizuoto runtime setting; expected one of {sorted(SETTING_INPUTS)}")
+            key = SETTING_INPUTS[name][1]
+            if value in ("default", -1):
+                continue
+            out[key] = parse_setting(key, str(value), f"input {name}")
+        if more.strip():
+            try:
+                extra = json.loads(more)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"more: expected a JSON object of settings: {e}") from None
+            if not isinstance(extra, dict):
+                raise ValueError("more: expected a JSON object of settings")
+            out.update(extra)
+        try:
+            VramPolicy().with_overrides(out)  # every key and value validated here, not mid-run
+        except SettingsError as e:
+            raise ValueError(str(e)) from None
+        return (out,)
