@@ -89,6 +89,7 @@ def speak(args: argparse.Namespace) -> int:
     from .nodes.hibari.engine import HibariVoice
     from .nodes.hibari.phases import HibariEngine
     from .runtime import DeviceService, ModelManager, SettingsError, VramPolicy
+    from .runtime.allocator import apply_cuda_allocator
     from .runtime.policy import parse_setting
 
     text = args.text
@@ -106,6 +107,7 @@ def speak(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"speak: {e}", file=sys.stderr)
         return 2
+    apply_cuda_allocator(policy)  # before the first CUDA use
     simulate = policy.get("compute.simulate_vram_mb")
     if simulate:
         devices, device = DeviceService(simulate={"cpu": simulate * MB}, strict=True), "cpu"

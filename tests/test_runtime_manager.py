@@ -317,3 +317,21 @@ def test_per_request_settings_override_the_manager_policy():
     assert not h.partial and manager.policy.get("compute.vram_mode") == "normal"
     with pytest.raises(Exception, match="compute.vram_mod"):
         manager.request(settings={"compute.vram_mod": "none"})
+
+
+def test_release_device_and_release_after_oom_unload_idle_components_only():
+    devices, manager = make(256 * MB)
+    service = RuntimeService(manager)
+    a, b = add(manager, "a"), add(manager, "b")
+    for h in (a, b):
+        with manager.request() as ctx, ctx.use([h]):
+            pass
+    with manager.request() as ctx, ctx.use([b]):
+        service.release_device("cpu")
+        assert a.loaded_bytes == 0 and b.loaded_bytes == b.size_bytes
+    a.cap_bytes = a.min_working_set
+    with manager.request() as ctx, ctx.use([a]):
+        pass
+    service.release_after_oom()
+    assert a.loaded_bytes == b.loaded_bytes == 0 and a.cap_bytes is None
+    assert devices.memory("cpu").used == 0

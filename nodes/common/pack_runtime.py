@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ...runtime import DeviceService, ModelManager, VramPolicy
+from ...runtime.allocator import apply_cuda_allocator
 from ...runtime.service import RuntimeService
 
 MB = 1 << 20
@@ -37,6 +38,7 @@ def in_comfyui() -> bool:
 
 def build_runtime(policy: VramPolicy | None = None) -> PackRuntime:
     policy = policy if policy is not None else VramPolicy()
+    apply_cuda_allocator(policy)  # before our first CUDA use (inside ComfyUI: from the next start)
     arbiter = None
     if in_comfyui():
         import comfy.cli_args
