@@ -316,17 +316,29 @@ class ModelHandle:
             if unit.depth == 1:
                 try:
                     self.streamer.acquire(self, unit)
-                except BaseException:
-                    unit.depth -= 1
+                except BaseException as e:
+                    # torch runs always_call post hooks (which undo this) only for an Exception
+                    if not isinstance(e, Exception):
+                        self._leave(unit)
                     raise
         return pre_hook
 
     def _exit(self, unit: Unit):
         def post_hook(module, args, output):
-            unit.depth -= 1
-            if unit.depth == 0:
-                self.streamer.release(self, unit)
+            self._leave(unit)
         return post_hook
+
+    def _leave(self, unit: Unit) -> None:
+        unit.depth -= 1
+        if unit.depth == 0:
+            self.streamer.release(self, unit)
+
+    def settle(self) -> None:
+        """After a phase: release units an interrupt (a BaseException inside a forward) left acquired."""
+        for unit in self.layout.units:
+            if unit.depth:
+                unit.depth = 1
+                self._leave(unit)
 
     def _ran(self, unit: Unit) -> None:
         if unit not in self._run_order:

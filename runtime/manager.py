@@ -142,6 +142,7 @@ class ModelManager:
                 h.in_use -= 1
                 h.touch()
                 if h.in_use == 0:
+                    h.settle()
                     self._owners.pop(h, None)
                     self.streamer(h.device).drop(h)  # idle copies would hold memory nobody accounts for
             self._cond.notify_all()

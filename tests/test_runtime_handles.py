@@ -172,3 +172,30 @@ def test_simulated_device_oom_is_a_real_out_of_memory_error():
     with manager.request() as ctx, ctx.use([h], memory=0):
         with pytest.raises(torch.OutOfMemoryError):
             torch.empty(8 * MB, dtype=torch.uint8)  # an activation past the capacity
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_an_exception_inside_a_streamed_unit_leaves_the_handle_consistent(error):
+    """torch runs always_call hooks for an Exception only; a BaseException (ComfyUI's interrupt)
+    must not leave a unit acquired either."""
+    model, devices, manager, h = setup()
+    x = torch.randn(2, 512)
+    with manager.request() as ctx, ctx.use([h]), torch.no_grad():
+        ref = model(x)
+    h.unload()
+    inner = model.blocks[1][2]
+
+    def boom(module, args):
+        raise error("inside the unit")
+
+    hook = inner.register_forward_pre_hook(boom)
+    with pytest.raises(error):
+        with manager.request() as ctx, ctx.use([h], memory=1 * MB), torch.no_grad():
+            h.load(h.min_working_set)
+            model(x)
+    hook.remove()
+    assert all(u.depth == 0 for u in h.layout.units)
+    assert all(p.device.type == "meta" for u in h._streamed_units() for p in u.params)
+    with manager.request() as ctx, ctx.use([h], memory=1 * MB), torch.no_grad():
+        h.load(h.min_working_set)
+        assert torch.equal(model(x), ref)
