@@ -131,6 +131,10 @@ class RuntimeService:
             actions.append(f"model:{model.name}")
         return actions
 
+    def maintain(self) -> list[str]:
+        """After each request: the resident-model limit, idle unloading and RAM relief, in that order."""
+        return self.enforce_resident_limit() + self.unload_idle() + self.relieve_ram()
+
     def release_device(self, device: torch.device | str) -> None:
         """Take every idle component off `device` (before another job needs all of it)."""
         for h in self.manager.yield_order(device):

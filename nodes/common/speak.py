@@ -78,10 +78,16 @@ class MizuotoSpeak:
         if language not in LANGUAGES:
             raise ValueError(f"language: expected one of {LANGUAGES}, got {language!r}")
         runtime = get_runtime()
-        with model.manager.request(seed=seed % (1 << 63), settings=settings) as ctx:
-            wav = model.speak(ctx, text, seed=seed % (1 << 63), speed=speed, language=language,
-                              voice=voice or None, reference=reference_from_audio(reference_audio),
-                              reference_text=reference_text or None, progress=_progress(1, unique_id))
+        try:
+            with model.manager.request(seed=seed % (1 << 63), settings=settings) as ctx:
+                wav = model.speak(ctx, text, seed=seed % (1 << 63), speed=speed, language=language,
+                                  voice=voice or None, reference=reference_from_audio(reference_audio),
+                                  reference_text=reference_text or None, progress=_progress(1, unique_id))
+        except torch.OutOfMemoryError:
+            runtime.service.release_after_oom()  # what ComfyUI does after an OOM, for our models
+            raise
+        finally:
+            runtime.service.maintain()
         runtime.last_meta = {"model": model.name, **ctx.meta}
         return ({"waveform": wav.reshape(1, 1, -1).float().cpu(), "sample_rate": model.sample_rate},)
 
