@@ -229,7 +229,7 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
                 value = value.to(declared).to(final)
             new = nn.Parameter(value, requires_grad=slot.tensor.requires_grad) if slot.is_param else value
             for owner, attr, _ in slot.places:
-                (owner._parameters if slot.is_param else owner._buffers)[attr] = new
+                setattr(owner, attr, new)  # through __setattr__: modules such as nn.LSTM track their weights
     if dtype is not None:
         module.to(dtype)  # the factory's own (non-persistent) floating buffers; loaded tensors are already there
     left = [n for n, t in list(module.named_parameters()) + list(module.named_buffers()) if t.device.type == "meta"]

@@ -1,0 +1,182 @@
+"""Decoder-only transformer building blocks shared by the engines (Qwen3-style LMs and codec transformers).
+
+    norm = RMSNorm(dim)                         # float32 statistics, weight applied in the input dtype
+    rope = RotaryEmbedding(head_dim, theta)     # cos/sin for integer positions, computed in float32
+    attn = Attention(dim, heads, kv_heads, head_dim, qk_norm=True)
+    y = attn(x, rope(positions, x.dtype), cache=cache, layer=i)        # cache: runtime.lm.cache
+    mlp = SwiGLU(dim, hidden)
+
+Every weight is read inside the forward of the nn.Linear / nn.Conv that owns it, so the runtime's
+per-unit hooks see all of it; norms and layer scales are plain parameters (the fixed part).
+Attention goes through F.scaled_dot_product_attention: causal for a prefill, unmasked for one new
+position, or an explicit boolean mask for sliding windows.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...runtime.lm.cache import KVCache
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) in float32, cast back, times the weight (the Qwen/Llama order of operations)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+class LayerScale(nn.Module):
+    """A learnt per-channel scale of a residual branch (`scale * x`)."""
+
+    def __init__(self, dim: int, init: float = 1.0) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), float(init)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.scale * x
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (`rotate_half` layout): cos/sin [B, T, head_dim] for positions [B, T].
+
+    Text-only multimodal RoPE (3 sections fed the same positions, as Qwen3-TTS does) is exactly this
+    1-D RoPE: every section reads the same angle.
+    """
+
+    def __init__(self, head_dim: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        # A plain attribute, not a buffer: it stays float32 when the model is cast to half precision
+        # (upstream keeps its inv_freq in float32 too), and it is not a weight the runtime moves.
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        if positions.dim() == 1:
+            positions = positions[None]
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        freqs = positions.float()[..., None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """q, k [B, H, T, D]; cos, sin [B, T, D]."""
+    cos, sin = cos[:, None], sin[:, None]
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def sliding_mask(queries: int, keys: int, window: int, device: torch.device) -> Tensor:
+    """Causal mask of a sliding window: query i (the last `queries` of `keys` positions) sees key j
+    when 0 <= i - j < window. Boolean [queries, keys], True = attend."""
+    q = torch.arange(keys - queries, keys, device=device)[:, None]
+    k = torch.arange(keys, device=device)[None, :]
+    d = q - k
+    return (d >= 0) & (d < window)
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention with optional per-head q/k RMSNorm (Qwen3) and RoPE."""
+
+    def __init__(self, dim: int, heads: int, kv_heads: int, head_dim: int, *, bias: bool = False,
+                 qk_norm: bool = False, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(dim, heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(dim, kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(dim, kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * head_dim, dim, bias=bias)
+        if qk_norm:
+            self.q_norm = RMSNorm(head_dim, eps)
+            self.k_norm = RMSNorm(head_dim, eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None = None, layer: int = 0,
+                window: int | None = None) -> Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim)
+        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), *rope)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        if self.kv_heads != self.heads:
+            rep = self.heads // self.kv_heads
+            k = k[:, :, None].expand(b, self.kv_heads, rep, *k.shape[2:]).reshape(b, self.heads, *k.shape[2:])
+            v = v[:, :, None].expand(b, self.kv_heads, rep, *v.shape[2:]).reshape(b, self.heads, *v.shape[2:])
+        keys = k.shape[2]
+        if window is not None and keys > 1 and (t > 1 or keys > window):
+            mask = sliding_mask(t, keys, window, x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif t > 1:
+            if keys != t:   # a prefill after cached positions: each query sees the past and itself
+                mask = torch.ones(t, keys, dtype=torch.bool, device=x.device).tril(keys - t)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)); optional layer scales on both branches.
+
+    Parameter names follow the Hugging Face Qwen/Llama layout (input_layernorm, self_attn, ...), so
+    upstream checkpoints load unchanged.
+    """
+
+    def __init__(self, dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int, *, eps: float = 1e-6,
+                 qk_norm: bool = True, bias: bool = False, layer_scale: float | None = None) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(dim, eps)
+        self.self_attn = Attention(dim, heads, kv_heads, head_dim, bias=bias, qk_norm=qk_norm, eps=eps)
+        self.post_attention_layernorm = RMSNorm(dim, eps)
+        self.mlp = SwiGLU(dim, hidden)
+        if layer_scale is not None:
+            self.self_attn_layer_scale = LayerScale(dim, layer_scale)
+            self.mlp_layer_scale = LayerScale(dim, layer_scale)
+        else:
+            self.self_attn_layer_scale = self.mlp_layer_scale = None
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None = None, layer: int = 0,
+                window: int | None = None) -> Tensor:
+        h = self.self_attn(self.input_layernorm(x), rope, cache, layer, window)
+        x = x + (h if self.self_attn_layer_scale is None else self.self_attn_layer_scale(h))
+        h = self.mlp(self.post_attention_layernorm(x))
+        return x + (h if self.mlp_layer_scale is None else self.mlp_layer_scale(h))
+
+
+def kv_position_bytes(kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """K plus V bytes of one position of one layer (for runtime.lm.cache.peak_bytes)."""
+    return 2 * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()

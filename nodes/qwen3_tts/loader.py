@@ -1,0 +1,108 @@
+"""Find and load Qwen3-TTS 12 Hz checkpoints in the upstream layout, unchanged:
+
+    models/TTS/qwen3_tts/<model>/
+        config.json  model.safetensors  generation_config.json (optional)
+        vocab.json  merges.txt  tokenizer_config.json   (or tokenizer.json)
+        speech_tokenizer/config.json  speech_tokenizer/model.safetensors
+
+Modules are built on the meta device and each tensor is read straight into the target dtype
+(runtime.loading.load_module): no float32 copy of a bf16 model in RAM. Errors name the file at fault.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...runtime.loading import CheckpointError, load_module
+from .codec import CodecConfig, SpeechTokenizer
+from .model import Qwen3TTS, Qwen3TTSConfig
+
+ENGINE = "qwen3_tts"
+REQUIRED = ("config.json", "model.safetensors", "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors")
+
+
+class ModelFolderError(FileNotFoundError):
+    """A folder that is not a complete Qwen3-TTS model."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ModelFolderError(f"Qwen3-TTS: {path} not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"Qwen3-TTS: {path} is not valid JSON ({e}); the download is incomplete or corrupt") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"Qwen3-TTS: {path} does not hold a JSON object")
+    return data
+
+
+def is_model_folder(folder: Path) -> bool:
+    return all((folder / f).is_file() for f in REQUIRED)
+
+
+def find_models(root: str | Path) -> list[str]:
+    """Names of the model folders directly under `root` (e.g. models/TTS/qwen3_tts)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and is_model_folder(p))
+
+
+@dataclass
+class Qwen3TTSBundle:
+    folder: Path
+    config: Qwen3TTSConfig
+    model: Qwen3TTS
+    codec: SpeechTokenizer
+    generate_defaults: dict[str, Any] = field(default_factory=dict)
+    _tokenizer: Any = None
+
+    @property
+    def tokenizer(self):
+        """The BPE text tokenizer (built on first use: it needs the `tokenizers` package)."""
+        if self._tokenizer is None:
+            from .text import TextTokenizer
+            self._tokenizer = TextTokenizer(self.folder)
+        return self._tokenizer
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.talker.codec_head.weight.dtype
+
+
+def load_qwen3_tts(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
+                   codec_dtype: torch.dtype | None = None) -> Qwen3TTSBundle:
+    """Load the model folder: talker (+ speaker encoder) and speech tokenizer, in `dtype` (codec: `codec_dtype`,
+    default the same), in eval mode on the CPU."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFolderError(f"Qwen3-TTS: model folder {folder} not found")
+    missing = [f for f in REQUIRED if not (folder / f).is_file()]
+    if missing:
+        raise ModelFolderError(f"Qwen3-TTS: {folder} is missing {', '.join(missing)} (expected the upstream layout of "
+                               "a Qwen/Qwen3-TTS-12Hz-* repository)")
+    try:
+        config = Qwen3TTSConfig.from_dict(read_json(folder / "config.json"))
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"Qwen3-TTS: {folder / 'config.json'} is not a Qwen3-TTS config: {e}") from None
+    try:
+        codec_config = CodecConfig.from_dict(read_json(folder / "speech_tokenizer" / "config.json"))
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"Qwen3-TTS: {folder / 'speech_tokenizer' / 'config.json'} is not a 12 Hz speech "
+                              f"tokenizer config: {e}") from None
+    generate_defaults = {}
+    if (folder / "generation_config.json").is_file():
+        generate_defaults = read_json(folder / "generation_config.json")
+    model = load_module(lambda: Qwen3TTS(config), folder / "model.safetensors", dtype).eval()
+    codec = load_module(lambda: SpeechTokenizer(codec_config), folder / "speech_tokenizer" / "model.safetensors",
+                        codec_dtype or dtype).eval()
+    return Qwen3TTSBundle(folder, config, model, codec, generate_defaults)

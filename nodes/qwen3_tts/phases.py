@@ -1,0 +1,246 @@
+"""Qwen3-TTS on the runtime: four components, three phases per request.
+
+    engine = Qwen3TTSEngine(load_qwen3_tts(folder), manager, device="cuda")
+    with manager.request(seed=0) as ctx:
+        wav = engine.speak(ctx, "Hello.", speaker="Vivian")                          # CustomVoice
+        wav = engine.speak(ctx, "Hello.", instruct="A calm, low voice.")             # VoiceDesign
+        wav = engine.speak(ctx, "Hello.", ref_audio=(wav, sr), ref_text="...")       # Base: voice clone
+
+Phases:
+- "voice prompt" (oneshot; Base models): codec encoder -> reference codes, speaker encoder -> x-vector;
+- "talker" (sequence, graphable): talker and code predictor together, one component; the code
+  predictor (15 forwards per frame) is marked hot so it is placed first and never streams while
+  room allows; the text embedding table (151936 rows) stays on the CPU, only looked-up rows move;
+- "codec decoder" (oneshot): codes -> 24 kHz waveform in chunks of 300 frames.
+Working memory comes from the request: the talker's KV cache for prompt + min(16 frames per text
+token, max_new_tokens) positions (runtime.lm.cache.peak_bytes), its prefill activations; the
+decoder's from the frames of one chunk. Sampling draws from the request's generator (restored on an
+OOM retry), so a seed gives the same audio however much was streamed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
+from ...runtime.lm.cache import peak_bytes
+from ...runtime.units import MIN_UNIT_BYTES
+from ..common.transformer import kv_position_bytes
+from .audio import resample, to_mono
+from .generate import Request, Sampling, build_prompt, generate_codes, speaker_embedding
+from .loader import Qwen3TTSBundle
+from .text import assistant_text, instruct_text, ref_text
+
+FRAMES_PER_TEXT_TOKEN = 16   # 12.5 Hz frames; speech averages ~3-4 per BPE token, the estimate leaves room
+SAMPLE_RATE = 24000
+MB = 1 << 20
+
+
+class Qwen3TTSEngine:
+    PHASED = True
+    engine_id = "qwen3_tts"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, bundle: Qwen3TTSBundle, manager: ModelManager, device: torch.device | str = "cpu",
+                 min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
+        self.bundle = bundle
+        self.manager = manager
+        model, codec = bundle.model, bundle.codec
+        DeviceService.pin_to_cpu(model.talker.model.text_embedding)
+        self.talker = ModelHandle(model.talker, name="talker", kind="sequence", graphable=True,
+                                  min_unit_bytes=min_unit_bytes)
+        # The code predictor runs 15 times per frame, the talker's layers once: keep it resident first.
+        self.talker.mark(model.talker.code_predictor, "hot")
+        self.decoder = ModelHandle(codec.decoder, name="codec decoder", kind="oneshot", min_unit_bytes=min_unit_bytes)
+        self.encoder = ModelHandle(codec.encoder, name="codec encoder", kind="oneshot", min_unit_bytes=min_unit_bytes)
+        self.speaker = (ModelHandle(model.speaker_encoder, name="speaker encoder", kind="oneshot",
+                                    min_unit_bytes=min_unit_bytes) if model.speaker_encoder is not None else None)
+        for h in self.handles:
+            manager.register(h, engine=self.engine_id, device=device)
+
+    @property
+    def handles(self) -> list[ModelHandle]:
+        return [h for h in (self.talker, self.decoder, self.encoder, self.speaker) if h is not None]
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.device
+
+    @property
+    def config(self):
+        return self.bundle.config
+
+    # ---- requests ------------------------------------------------------------------------------------
+    def tokenize(self, text: str, instruct: str | None = None, ref: str | None = None) -> dict[str, Tensor | None]:
+        tok = self.bundle.tokenizer
+        ids = lambda s: torch.tensor([tok.encode(s)], dtype=torch.long)  # noqa: E731
+        return {"text_ids": ids(assistant_text(text)),
+                "instruct_ids": ids(instruct_text(instruct)) if instruct else None,
+                "ref_ids": ids(ref_text(ref)) if ref else None}
+
+    def check(self, text: str, language: str, speaker: str | None, instruct: str | None,
+              ref_audio: Any, ref_text_: str | None, x_vector_only: bool) -> None:
+        """Clear errors for requests the model cannot serve (before anything is placed)."""
+        cfg = self.config
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("text: empty or only whitespace; expected something to read")
+        if not isinstance(language, str) or language.lower() not in cfg.languages:
+            raise ValueError(f"language {language!r} is not supported by this model; expected one of "
+                             f"{', '.join(cfg.languages)}")
+        kind = cfg.model_type
+        if kind == "custom_voice":
+            if not speaker:
+                raise ValueError(f"speaker: a CustomVoice model needs one of {', '.join(sorted(cfg.talker.spk_id))}")
+            if speaker.lower() not in cfg.talker.spk_id:
+                raise ValueError(f"speaker {speaker!r} is not a voice of this model; expected one of "
+                                 f"{', '.join(sorted(cfg.talker.spk_id))}")
+        elif speaker:
+            raise ValueError(f"speaker: only CustomVoice models have named speakers; this is a {kind} model")
+        if kind == "base":
+            if ref_audio is None:
+                raise ValueError("ref_audio: a Base model clones a voice: give reference audio (and its transcript, "
+                                 "or x_vector_only=True)")
+            if not x_vector_only and not (ref_text_ and ref_text_.strip()):
+                raise ValueError("ref_text: the transcript of the reference audio is needed unless x_vector_only=True")
+        elif ref_audio is not None:
+            raise ValueError(f"ref_audio: only Base models clone voices; this is a {kind} model")
+
+    # ---- estimates --------------------------------------------------------------------------------------
+    def talker_memory(self, prompt_tokens: int, text_tokens: int, max_new_tokens: int) -> int:
+        """KV cache of prompt + expected frames, prefill activations, the code predictor, logits."""
+        tc = self.config.talker
+        cp = tc.code_predictor
+        dtype = self.bundle.dtype
+        size = torch.empty((), dtype=dtype).element_size()
+        frames = min(FRAMES_PER_TEXT_TOKEN * max(text_tokens, 1), max_new_tokens)
+        positions = prompt_tokens + frames
+        kv = peak_bytes(kv_position_bytes(tc.num_key_value_heads, tc.head_dim, dtype), tc.num_hidden_layers, positions)
+        kv += peak_bytes(kv_position_bytes(cp.num_key_value_heads, cp.head_dim, dtype), cp.num_hidden_layers,
+                         tc.num_code_groups + 1)
+        width = max(tc.intermediate_size * 3, tc.num_attention_heads * tc.head_dim * 2 + tc.hidden_size * 4,
+                    tc.text_hidden_size * 3)
+        prefill = prompt_tokens * (width * size + tc.vocab_size * size)
+        scores = tc.num_attention_heads * prompt_tokens * prompt_tokens * 4     # attention of the prefill (math path)
+        return kv + prefill + scores + 4 * tc.vocab_size * 4 + MB
+
+    def decoder_memory(self, frames: int) -> int:
+        """One chunk (<= 300 frames + 25 of context) through the upsampling stack: the widest stage's
+        activations times the temporaries of SnakeBeta and a residual unit."""
+        dc = self.bundle.codec.config.decoder
+        size = next(self.bundle.codec.decoder.parameters()).element_size()
+        chunk = min(frames, 300) + min(frames, 25)
+        widest = dc.hidden_size * 8 * chunk                      # the transformer (SwiGLU hidden ~ 3 x width)
+        t = chunk
+        for f in dc.upsampling_ratios:
+            t *= f
+        widest = max(widest, dc.latent_dim * 4 * t)              # ConvNeXt's 4x pointwise layer
+        ch = dc.decoder_dim
+        widest = max(widest, ch * t)
+        for r in dc.upsample_rates:
+            t *= r
+            ch //= 2
+            widest = max(widest, ch * t)
+        attention = dc.num_attention_heads * chunk * chunk * 4
+        return 6 * widest * size + attention + frames * 16 * 8 + chunk * 1920 * 8 + MB
+
+    def prompt_memory(self, samples: int) -> int:
+        """Codec encoder and speaker encoder over the reference: a few activations per input sample."""
+        ec = self.bundle.codec.config.encoder
+        size = next(self.bundle.codec.encoder.parameters()).element_size()
+        widest = max(ec.num_filters * samples, 512 * samples // 256 * 4)
+        frames = samples // 960 + 1
+        attention = ec.num_attention_heads * frames * frames * 4
+        return 8 * widest * max(size, 4) + attention + MB
+
+    # ---- the phases ---------------------------------------------------------------------------------------
+    def voice_prompt(self, ctx: RequestContext, ref_audio: Any, x_vector_only: bool) -> tuple[Tensor | None, Tensor]:
+        """Reference audio -> (reference codes [T, 16] or None, x-vector [D]) in the "voice prompt" phase."""
+        wav, sr = ref_audio if isinstance(ref_audio, tuple) else (ref_audio, None)
+        if isinstance(ref_audio, dict):                         # ComfyUI AUDIO
+            wav, sr = ref_audio["waveform"], ref_audio["sample_rate"]
+        if sr is None:
+            raise ValueError(f"ref_audio: give (waveform, sample_rate); the model expects {SAMPLE_RATE} Hz and "
+                             "resamples other rates")
+        wav = to_mono(wav)
+        if wav.numel() < 1920:
+            raise ValueError(f"ref_audio: {wav.numel()} samples is too short; expected at least 80 ms of speech")
+        codec_rate = self.bundle.codec.config.input_sample_rate
+        spk_rate = self.config.speaker_encoder.sample_rate
+        wav_codec = resample(wav, int(sr), codec_rate)
+        wav_spk = resample(wav, int(sr), spk_rate)
+        handles = [self.speaker] if x_vector_only else [self.encoder, self.speaker]
+
+        def run():
+            with torch.inference_mode():
+                codes = None if x_vector_only else self.bundle.codec.encode(
+                    wav_codec.to(self.encoder.device, next(self.bundle.codec.encoder.parameters()).dtype)).cpu()
+                spk = speaker_embedding(self.bundle.model, wav_spk).cpu()
+            return codes, spk
+
+        return ctx.run("voice prompt", handles, run, memory=self.prompt_memory(max(wav_codec.numel(), wav_spk.numel())))
+
+    def codes(self, ctx: RequestContext, request: Request, sampling: Sampling,
+              progress: Callable[[int, int], None] | None = None) -> Tensor:
+        """The "talker" phase: prompt embeddings and the generation loop -> codes [frames, 16]."""
+        text_tokens = max(request.text_ids.numel() - 8, 1)
+        prompt_tokens = request.text_ids.numel() + 8 + (request.instruct_ids.numel() if request.instruct_ids is not None else 0)
+        if request.icl:
+            prompt_tokens += request.ref_code.shape[0] + request.ref_ids.numel()
+        kind = self.manager.policy.get("compute.kv_cache")
+
+        def run():
+            with torch.inference_mode():
+                prompt = build_prompt(self.bundle.model, request, self.device)
+                return generate_codes(self.bundle.model.talker, prompt, sampling, ctx.generator, kind,
+                                      check=ctx.check_cancelled, progress=progress)
+
+        return ctx.run("talker", [self.talker], run,
+                       memory=self.talker_memory(prompt_tokens, text_tokens, sampling.max_new_tokens))
+
+    def decode(self, ctx: RequestContext, codes: Tensor) -> Tensor:
+        """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU)."""
+        def run():
+            with torch.inference_mode():
+                return self.bundle.codec.decode(codes.to(self.decoder.device)).float().cpu()
+        return ctx.run("codec decoder", [self.decoder], run, memory=self.decoder_memory(codes.shape[0]))
+
+    def speak(self, ctx: RequestContext, text: str, *, language: str = "auto", speaker: str | None = None,
+              instruct: str | None = None, ref_audio: Any = None, ref_text: str | None = None,
+              x_vector_only: bool = False, non_streaming: bool | None = None,
+              tokens: dict[str, Tensor | None] | None = None, progress: Callable[[int, int], None] | None = None,
+              **sampling: Any) -> Tensor:
+        """Text -> mono float32 waveform [T] at 24 kHz on the CPU.
+
+        `tokens` (text_ids / instruct_ids / ref_ids, templated) skips the BPE tokenizer; sampling options
+        (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens) default
+        to the model's generation_config.json, then upstream's defaults.
+        """
+        self.check(text, language, speaker, instruct, ref_audio, ref_text, x_vector_only)
+        s = Sampling.merged(self.bundle.generate_defaults, **sampling)
+        kind = self.config.model_type
+        if kind == "custom_voice" and self.config.model_size and self.config.model_size in "0b6":
+            instruct = None                                      # upstream: the 0.6B CustomVoice takes no instruction
+        if kind == "base":
+            instruct = None
+        if non_streaming is None:
+            non_streaming = kind != "base"                       # upstream's defaults per mode
+        ids = tokens if tokens is not None else self.tokenize(text, instruct, None if x_vector_only else ref_text)
+        request = Request(ids["text_ids"], language, speaker, ids.get("instruct_ids") if instruct else None,
+                          non_streaming=non_streaming)
+        if kind == "base":
+            ref_code, spk = self.voice_prompt(ctx, ref_audio, x_vector_only)
+            request.spk_embedding = spk
+            if not x_vector_only:
+                request.ref_code, request.ref_ids = ref_code, ids["ref_ids"]
+        codes = self.codes(ctx, request, s, progress)
+        if codes.shape[0] == 0:
+            return torch.zeros(0)
+        if request.icl:
+            full = torch.cat([request.ref_code, codes], dim=0)
+            wav = self.decode(ctx, full)
+            cut = int(request.ref_code.shape[0] / max(full.shape[0], 1) * wav.shape[0])
+            return wav[cut:]
+        return self.decode(ctx, codes)

@@ -1,0 +1,142 @@
+"""Qwen3-TTS (tiny random checkpoint in the upstream layout) streamed, half-resident and resident on the
+strict simulated device gives codes and audio equal to a plain CPU run; the talker's working-memory
+estimate covers what it really allocates."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mizuoto.nodes.qwen3_tts.generate import Request, Sampling, build_prompt, generate_codes, speaker_embedding
+from mizuoto.nodes.qwen3_tts.loader import load_qwen3_tts
+from mizuoto.nodes.qwen3_tts.phases import Qwen3TTSEngine
+from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
+from qwen3_tts.tiny import template_ids, write_tiny_checkpoint
+from runtime_helpers import residency_capacity
+
+SEED = 11
+UNIT = 64 << 10          # tiny layers: every layer of the tiny config is a unit
+SAMPLING = dict(max_new_tokens=10, temperature=0.9, top_k=20, top_p=0.9, subtalker_top_k=20)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matrices: one intra-op thread is several times faster than two on a loaded 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("qwen3") / "tiny-base", "base", seed=3)
+
+
+def reference_wave() -> tuple[torch.Tensor, int]:
+    t = torch.arange(int(16000 * 0.7)) / 16000
+    return (0.3 * torch.sin(2 * torch.pi * 220 * t) * torch.sin(2 * torch.pi * 3 * t)), 16000
+
+
+def tokens():
+    return {"text_ids": template_ids(6, 1), "ref_ids": template_ids(4, 2, "ref"), "instruct_ids": None}
+
+
+@pytest.fixture(scope="module")
+def plain(folder):
+    """The plain CPU run: the same functions, no runtime."""
+    from mizuoto.nodes.qwen3_tts.audio import resample
+    torch.set_num_threads(1)
+    b = load_qwen3_tts(folder, dtype=torch.float32)
+    wav, sr = reference_wave()
+    wav = resample(wav, sr, 24000)
+    ids = tokens()
+    with torch.inference_mode():
+        ref_code = b.codec.encode(wav)
+        spk = speaker_embedding(b.model, wav)
+        req = Request(ids["text_ids"], "english", spk_embedding=spk, ref_code=ref_code, ref_ids=ids["ref_ids"],
+                      non_streaming=False)
+        s = Sampling.merged(b.generate_defaults, **SAMPLING)
+        codes = generate_codes(b.model.talker, build_prompt(b.model, req, "cpu"), s, torch.Generator().manual_seed(SEED))
+        full = torch.cat([ref_code, codes])
+        audio = b.codec.decode(full)
+        audio = audio[int(ref_code.shape[0] / full.shape[0] * audio.shape[0]):]
+    return codes, audio
+
+
+def _engine(folder, capacity=None, mode="normal"):
+    devices = DeviceService(simulate={"cpu": capacity or (1 << 30)}, strict=capacity is not None)
+    manager = ModelManager(devices, VramPolicy({"compute.vram_mode": mode}))
+    return Qwen3TTSEngine(load_qwen3_tts(folder, dtype=torch.float32), manager, min_unit_bytes=UNIT)
+
+
+@pytest.mark.parametrize("residency", ["none", "half", "full"])
+def test_streamed_half_and_resident_equal_plain_run(folder, plain, residency):
+    probe = _engine(folder)
+    working = probe.talker_memory(tokens()["text_ids"].numel() + 8 + 9 + 12, 6, SAMPLING["max_new_tokens"])
+    mode, capacity = residency_capacity(probe.talker, residency, working=working)
+    if residency != "half":                  # room for the largest component, whichever phase runs
+        capacity = max(capacity, max(h.size_bytes for h in probe.handles) + 4 * working)
+    engine = _engine(folder, capacity, mode)
+    seen = {}
+    real_codes = engine.codes
+
+    def codes(ctx, request, sampling, progress=None):
+        seen["codes"] = real_codes(ctx, request, sampling, progress)
+        return seen["codes"]
+
+    engine.codes = codes
+    with engine.manager.request(seed=SEED) as ctx:
+        audio = engine.speak(ctx, "tiny", language="english", ref_audio=reference_wave(), ref_text="ref",
+                             tokens=tokens(), **SAMPLING)
+    ref_codes, ref_audio = plain
+    assert torch.equal(seen["codes"], ref_codes)
+    assert torch.equal(audio, ref_audio)
+    assert ctx.meta["applied"]["oom_retries"] == 0
+    talker = engine.talker
+    if residency == "full":
+        assert ctx.meta["memory"]["streamed_mb"] == 0 and talker.hook_count == 0
+    else:
+        assert ctx.meta["memory"]["streamed_mb"] > 0
+        assert talker.streamed_bytes > 0
+
+
+def test_fixed_part_and_units(folder):
+    engine = _engine(folder)
+    talker = engine.talker.layout
+    model = engine.bundle.model.talker
+    fixed = {id(t) for t in talker.fixed}
+    assert id(model.model.codec_embedding.weight) in fixed
+    assert all(id(e.weight) in fixed for e in model.code_predictor.model.codec_embedding)
+    unit_params = {id(p) for u in talker.units for p in u.params}
+    assert id(model.model.text_embedding.weight) not in fixed | unit_params      # pinned to the CPU
+    names = {u.name for u in talker.units}
+    assert {f"model.layers.{i}" for i in range(len(model.model.layers))} <= names
+    assert {f"code_predictor.model.layers.{i}" for i in range(len(model.code_predictor.model.layers))} <= names
+    assert "codec_head" in names          # the tiny predictor heads (< 64 KB) stay in the fixed part
+    decoder = engine.decoder.layout
+    fixed = {id(t) for t in decoder.fixed}
+    snakes = [m for m in engine.bundle.codec.decoder.modules() if type(m).__name__ == "SnakeBeta"]
+    assert snakes and all(id(m.alpha) in fixed and id(m.beta) in fixed for m in snakes)
+    books = [m for m in engine.bundle.codec.decoder.modules() if type(m).__name__ == "Codebook"]
+    assert books and all(id(m.embedding_sum) in fixed for m in books)
+    assert engine.talker.graphable and engine.talker.kind == "sequence"
+
+
+@pytest.mark.parametrize("text_tokens", [4, 16, 48])
+def test_talker_estimate_covers_measured_working_memory(folder, text_tokens):
+    engine = _engine(folder, 1 << 30)
+    devices = engine.manager.devices
+    ids = {"text_ids": template_ids(text_tokens, 5), "instruct_ids": None, "ref_ids": None}
+    request = Request(ids["text_ids"], "english", spk_embedding=torch.randn(128), non_streaming=True)
+    s = Sampling.merged(engine.bundle.generate_defaults, max_new_tokens=3 * text_tokens, do_sample=True)
+    prompt_tokens = ids["text_ids"].numel() + 8
+    estimate = engine.talker_memory(prompt_tokens, text_tokens - 0, s.max_new_tokens)
+    with engine.manager.request(seed=1) as ctx, ctx.use([engine.talker], estimate), devices.tracking("cpu") as tr:
+        with torch.inference_mode():
+            codes = generate_codes(engine.bundle.model.talker, build_prompt(engine.bundle.model, request, "cpu"), s,
+                                   ctx.generator)
+    measured = tr.peak_bytes
+    print(f"text tokens {text_tokens}: frames {codes.shape[0]}, estimate {estimate / 2**20:.2f} MiB, "
+          f"measured {measured / 2**20:.2f} MiB")
+    assert measured <= estimate
+    assert estimate - (1 << 20) <= 4 * measured      # and not a worst case: within 4x plus the 1 MiB floor

@@ -1,0 +1,208 @@
+"""runtime.loading.load_module: dtype-first loading equals build-in-float32, load, convert, bit for bit."""
+import json
+import struct
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from mizuoto.runtime.loading import CheckpointError, load_module, read_safetensors_header
+
+
+class Net(nn.Module):
+    """Tied head, a computed non-persistent buffer, persistent float and integer buffers, conv, norms."""
+
+    def __init__(self, vocab: int = 40, dim: int = 24) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.conv = nn.Conv1d(dim, dim, 3, padding=1)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 2 * dim), nn.GELU(),
+                                                  nn.Linear(2 * dim, dim)) for _ in range(2))
+        self.norm = nn.RMSNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+        self.scale = nn.Parameter(torch.randn(dim))
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, dim, 2) / dim)), persistent=False)
+        self.register_buffer("mean", torch.randn(dim))
+        self.register_buffer("steps", torch.tensor([3, 1, 4], dtype=torch.int64))
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = x + self.conv(x.transpose(1, 2)).transpose(1, 2)
+        for block in self.blocks:
+            x = x + block(x)
+        x = self.norm(x) * self.scale + self.mean + self.inv_freq.repeat(2)
+        return self.head(x)
+
+
+def _checkpoint(tmp_path, dtype, name="net.safetensors", drop=(), extra=None):
+    torch.manual_seed(0)
+    source = Net()
+    state = {k: v.detach().to(v.dtype if not v.is_floating_point() else dtype).clone()
+             for k, v in source.state_dict().items() if k != "head.weight" and k not in drop}
+    state.update(extra or {})
+    path = tmp_path / name
+    save_file(state, str(path))
+    return path
+
+
+def _reference(path, dtype):
+    torch.manual_seed(123)  # any init: every weight is overwritten
+    ref = Net()
+    ref.load_state_dict(load_file(str(path)), strict=False)  # head.weight is tied, stored once
+    return ref.to(dtype) if dtype is not None else ref
+
+
+def _tensors(m):
+    return dict(m.named_parameters()) | dict(m.named_buffers())
+
+
+@pytest.mark.parametrize("file_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, None])
+def test_bit_identical_to_float32_load_then_convert(tmp_path, file_dtype, dtype):
+    path = _checkpoint(tmp_path, file_dtype)
+    ref = _reference(path, dtype)
+    got = load_module(Net, path, dtype)
+    want, have = _tensors(ref), _tensors(got)
+    assert want.keys() == have.keys()
+    for name, t in want.items():
+        assert have[name].dtype == t.dtype, name
+        assert have[name].device.type == "cpu", name
+        assert torch.equal(have[name], t), name
+    assert got.head.weight is got.embed.weight  # the tie survives
+    assert isinstance(got.scale, nn.Parameter) and got.scale.requires_grad
+    ids = torch.tensor([[1, 7, 3, 9]])
+    with torch.no_grad():
+        assert torch.equal(got(ids), ref(ids))
+
+
+def test_both_names_of_a_tied_weight_in_the_file(tmp_path):
+    torch.manual_seed(0)
+    state = {k: v.detach().clone() for k, v in Net().state_dict().items()}
+    save_file(state, str(tmp_path / "both.safetensors"))
+    got = load_module(Net, tmp_path / "both.safetensors", torch.bfloat16)
+    assert got.head.weight is got.embed.weight
+    assert torch.equal(got.embed.weight, state["head.weight"].to(torch.bfloat16))
+
+
+def test_parameters_are_never_allocated_in_float32(tmp_path):
+    """The factory's parameters are built on meta: no float32 copy, no random init."""
+    path = _checkpoint(tmp_path, torch.bfloat16)
+    seen = []
+
+    def factory():
+        m = Net()
+        seen.extend(p.device.type for p in m.parameters())
+        return m
+
+    load_module(factory, path, torch.bfloat16)
+    assert seen and set(seen) == {"meta"}
+    assert nn.Module.register_parameter is torch.nn.modules.module.Module.register_parameter
+    assert nn.Linear(2, 2).weight.device.type == "cpu"  # the patch is gone
+
+
+def test_patch_removed_when_the_factory_raises(tmp_path):
+    path = _checkpoint(tmp_path, torch.bfloat16)
+    original = nn.Module.register_parameter
+
+    def factory():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        load_module(factory, path)
+    assert nn.Module.register_parameter is original
+
+
+def test_missing_keys(tmp_path):
+    path = _checkpoint(tmp_path, torch.bfloat16, drop=("blocks.1.3.weight", "mean"))
+    with pytest.raises(CheckpointError, match=r"does not match Net: missing keys \(2\)") as e:
+        load_module(Net, path, torch.bfloat16)
+    assert "blocks.1.3.weight" in str(e.value) and "mean" in str(e.value)
+
+
+def test_unexpected_keys(tmp_path):
+    path = _checkpoint(tmp_path, torch.bfloat16, extra={"decoder.proj.weight": torch.zeros(2, 2)})
+    with pytest.raises(CheckpointError, match=r"unexpected keys \(1\) decoder\.proj\.weight"):
+        load_module(Net, path, torch.bfloat16)
+
+
+def test_shape_mismatch(tmp_path):
+    path = _checkpoint(tmp_path, torch.bfloat16, drop=("scale",), extra={"scale": torch.zeros(5)})
+    with pytest.raises(CheckpointError, match=r"shape mismatch \(1\) scale: checkpoint \[5\], module \[24\]"):
+        load_module(Net, path, torch.bfloat16)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint not found: .*nowhere.safetensors"):
+        load_module(Net, tmp_path / "nowhere.safetensors", torch.bfloat16)
+
+
+def test_not_safetensors(tmp_path):
+    path = tmp_path / "garbage.safetensors"
+    path.write_bytes(b"this is not a checkpoint at all, just some text that goes on")
+    with pytest.raises(CheckpointError, match="not a safetensors file"):
+        load_module(Net, path, torch.bfloat16)
+    path.write_bytes(struct.pack("<Q", 4) + b"{no}")
+    with pytest.raises(CheckpointError, match="header is not JSON"):
+        load_module(Net, path, torch.bfloat16)
+    path.write_bytes(b"abc")
+    with pytest.raises(CheckpointError, match="too short"):
+        load_module(Net, path, torch.bfloat16)
+
+
+def test_truncated_file(tmp_path):
+    path = _checkpoint(tmp_path, torch.bfloat16)
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    with pytest.raises(CheckpointError, match="truncated"):
+        load_module(Net, path, torch.bfloat16)
+
+
+def test_inconsistent_offsets(tmp_path):
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}}).encode()
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(16))
+    with pytest.raises(CheckpointError, match="expected 16 bytes"):
+        read_safetensors_header(path)
+
+
+def test_header_matches_safetensors(tmp_path):
+    path = _checkpoint(tmp_path, torch.bfloat16)
+    infos = read_safetensors_header(path)
+    reference = load_file(str(path))
+    assert infos.keys() == reference.keys()
+    for k, t in reference.items():
+        assert infos[k].dtype == t.dtype and infos[k].shape == tuple(t.shape)
+
+
+class Recurrent(nn.Module):
+    """nn.LSTM keeps its own list of weight references; weight-norm keeps its weights as parametrizations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True)
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(16, 16, 3, padding=1))
+        self.legacy = nn.utils.weight_norm(nn.Conv1d(16, 4, 3, padding=1))
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.legacy(self.conv(y.transpose(1, 2)))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated:FutureWarning")
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_lstm_and_weight_norm(tmp_path, dtype):
+    torch.manual_seed(0)
+    state = {k: v.detach().clone() for k, v in Recurrent().state_dict().items()}
+    path = tmp_path / "recurrent.safetensors"
+    save_file(state, str(path))
+    ref = Recurrent()
+    ref.load_state_dict(load_file(str(path)))
+    if dtype is not None:
+        ref = ref.to(dtype)
+    got = load_module(Recurrent, path, dtype)
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1)).to(dtype or torch.float32)
+    with torch.no_grad():
+        assert torch.equal(got(x), ref(x))
+    assert all(w.device.type == "cpu" for w in got.lstm._flat_weights)
