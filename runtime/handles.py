@@ -57,7 +57,6 @@ class ModelHandle:
         self._buffers: set[int] = set()
         self._fixed_placed = False
         self._placement: list[Unit] = []  # resident units in placement order
-        self._run_order: list[Unit] = []
         self._hooks: dict[Unit, list] = {}
         self._guard = None
 
@@ -181,9 +180,8 @@ class ModelHandle:
         slots = self.streamer.slots(self) if self.streamer is not None else 1
         hot = sorted((u for u in units if u.hot), key=lambda u: -u.nbytes)
         if self.kind == "sequence":
-            seen = [u for u in self._run_order if not u.hot]
-            rest = sorted((u for u in units if not u.hot and u not in seen), key=lambda u: u.order)
-            ordered = seen + rest
+            # Module order is run order for decoders; resident units have no hooks to learn it from.
+            ordered = sorted((u for u in units if not u.hot), key=lambda u: u.order)
         else:
             ordered = sorted((u for u in units if not u.hot), key=lambda u: -u.nbytes)
         resident: list[Unit] = []
@@ -339,10 +337,6 @@ class ModelHandle:
             if unit.depth:
                 unit.depth = 1
                 self._leave(unit)
-
-    def _ran(self, unit: Unit) -> None:
-        if unit not in self._run_order:
-            self._run_order.append(unit)
 
     @property
     def hook_count(self) -> int:

@@ -71,7 +71,6 @@ class Streamer:
         if self._last is not None and self._last is not unit:
             self._next[self._last] = unit
         self._last = unit
-        handle._ran(unit)
         if self._side is not None and handle.kind != "sequence":
             self._prefetch(handle, cache, self._next.get(unit))
 

@@ -199,3 +199,26 @@ def test_an_exception_inside_a_streamed_unit_leaves_the_handle_consistent(error)
     with manager.request() as ctx, ctx.use([h], memory=1 * MB), torch.no_grad():
         h.load(h.min_working_set)
         assert torch.equal(model(x), ref)
+
+
+def test_sequence_residency_stays_on_the_first_layers_across_requests():
+    """Every request streams the same layers: no re-placement, exactly the minimum copied."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from toy_models import TinyDecoder, generate
+
+    torch.manual_seed(0)
+    model = TinyDecoder(layers=8).eval()
+    h = ModelHandle(model, name="lm", kind="sequence")
+    unit = h.layout.units[0].nbytes
+    devices = DeviceService(simulate={"cpu": h.layout.fixed_bytes + 7 * unit + (16 << 20)}, strict=True)
+    manager = ModelManager(devices, VramPolicy({"compute.vram_mode": "normal"}))
+    manager.register(h, engine="demo", device="cpu")
+    for i in range(4):
+        before = devices.transfers.h2d_bytes
+        with manager.request() as ctx:
+            ctx.run("lm", [h], lambda: generate(model, torch.tensor([[1, 5, 9, 3]]), 4), memory=16 << 20)
+        resident = [u.name for u in h.layout.units if u in h._placement]
+        assert resident == [f"layers.{k}" for k in range(6)]
+        copied = (devices.transfers.h2d_bytes - before) // unit
+        assert copied == (8 + 6 if i == 0 else 8)  # 2 streamed layers x 4 tokens (+ placement once)
