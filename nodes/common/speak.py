@@ -17,8 +17,8 @@ MAX_SEED = 0xFFFFFFFFFFFFFFFF
 MAX_TEXT = 200_000  # characters; longer text is almost certainly a mistake (hours of audio)
 
 
-def _progress(total_hint: int, unique_id):
-    """ComfyUI's progress bar when running inside ComfyUI, else nothing."""
+def progress_bar(unique_id, total_hint: int = 1):
+    """A (done, total) callback driving ComfyUI's progress bar inside ComfyUI, else None."""
     utils = sys.modules.get("comfy.utils")
     if utils is None:
         return None
@@ -63,14 +63,16 @@ class MizuotoSpeak:
                 "reference_audio": ("AUDIO", {"tooltip": "voice to clone, where the model supports it"}),
                 "reference_text": ("STRING", {"multiline": True, "default": "",
                                               "tooltip": "what the reference audio says"}),
+                "instruction": ("STRING", {"multiline": True, "default": "",
+                                           "tooltip": "how to speak (voice design, style), where supported"}),
                 "settings": ("MIZUOTO_SETTINGS",),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def speak(self, model, text: str, seed: int, speed: float, language: str, voice: str = "",
-              reference_audio: dict | None = None, reference_text: str = "", settings: dict | None = None,
-              unique_id=None) -> tuple[dict[str, Any]]:
+              reference_audio: dict | None = None, reference_text: str = "", instruction: str = "",
+              settings: dict | None = None, unique_id=None) -> tuple[dict[str, Any]]:
         if not hasattr(model, "speak"):
             raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
         if not isinstance(text, str) or len(text) > MAX_TEXT:
@@ -82,7 +84,8 @@ class MizuotoSpeak:
             with model.manager.request(seed=seed % (1 << 63), settings=settings) as ctx:
                 wav = model.speak(ctx, text, seed=seed % (1 << 63), speed=speed, language=language,
                                   voice=voice or None, reference=reference_from_audio(reference_audio),
-                                  reference_text=reference_text or None, progress=_progress(1, unique_id))
+                                  reference_text=reference_text or None, instruction=instruction or None,
+                                  progress=progress_bar(unique_id))
         except torch.OutOfMemoryError:
             runtime.service.release_after_oom()  # what ComfyUI does after an OOM, for our models
             raise

@@ -58,13 +58,15 @@ class HibariEngine:
 
     def speak(self, ctx: RequestContext, text: str, *, seed: int = 0, speed: float = 1.0,
               language: str = "auto", voice: str | None = None, reference=None, reference_text: str | None = None,
-              progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+              instruction: str | None = None, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
         """Text -> mono float32 waveform [T] on the CPU; long text goes sentence chunk by chunk."""
         if language not in self.languages:
             raise ValueError(f"language: the embedded voice speaks English; expected one of {self.languages}, "
                              f"got {language!r}")
         if voice not in (None, *self.voices):
             raise ValueError(f"voice: the embedded voice has the voice {self.voices}, got {voice!r}")
+        if instruction:
+            raise ValueError("instruction: the embedded voice takes no instruction; leave it empty")
         if reference is not None or reference_text:
             raise ValueError("reference_audio: the embedded voice cannot clone a voice; use an engine that "
                              "supports reference audio (e.g. Qwen3-TTS Base)")

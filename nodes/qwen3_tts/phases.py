@@ -189,7 +189,7 @@ class Qwen3TTSEngine:
         prompt_tokens = request.text_ids.numel() + 8 + (request.instruct_ids.numel() if request.instruct_ids is not None else 0)
         if request.icl:
             prompt_tokens += request.ref_code.shape[0] + request.ref_ids.numel()
-        kind = self.manager.policy.get("compute.kv_cache")
+        kind = ctx.policy.get("compute.kv_cache")
 
         def run():
             with torch.inference_mode():

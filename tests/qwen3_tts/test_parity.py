@@ -25,47 +25,16 @@ from mizuoto.nodes.qwen3_tts.loader import load_qwen3_tts  # noqa: E402
 from mizuoto.nodes.qwen3_tts.phases import Qwen3TTSEngine  # noqa: E402
 from mizuoto.nodes.qwen3_tts.text import TextTokenizer  # noqa: E402
 from mizuoto.runtime import DeviceService, ModelManager  # noqa: E402
-from qwen3_tts.tiny import GENERATION, TEXT, codec_config, model_config, randomize  # noqa: E402
+from qwen3_tts.tiny import GENERATION, SPECIALS, TEXT, codec_config, model_config, randomize, write_tokenizer  # noqa: E402
 
 GREEDY = dict(do_sample=False, subtalker_dosample=False, max_new_tokens=14, repetition_penalty=1.05)
 TOL = 1e-4
-CORPUS = ["Hello world, this is a tiny tokenizer.", "The quick brown fox jumps over the lazy dog.",
-          "Speak slowly and clearly, please!", "Numbers 123 and 4567.", "A calm, low voice."]
-SPECIALS = {TEXT["im_start_token_id"]: "<|im_start|>", TEXT["im_end_token_id"]: "<|im_end|>",
-            TEXT["tts_pad_token_id"]: "<|tts_pad|>", TEXT["tts_bos_token_id"]: "<|tts_text_bos|>",
-            TEXT["tts_eos_token_id"]: "<|tts_text_eod|>", 305: "<|endoftext|>"}
-
-
 @pytest.fixture(autouse=True)
 def _one_thread():
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def write_tokenizer(folder: Path) -> None:
-    """A byte-level BPE with Qwen2's pre-tokenizer: ids 0..299 (bytes + merges), then the specials at 300..305."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from mizuoto.nodes.qwen3_tts.text import QWEN2_PATTERN
-    from tokenizers import Regex
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=min(SPECIALS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(CORPUS * 20, trainer)
-    tok.model.save(str(folder))                                  # vocab.json + merges.txt
-    vocab = json.loads((folder / "vocab.json").read_text())
-    assert max(vocab.values()) == min(SPECIALS) - 1      # specials follow the BPE ids without a gap, as in Qwen's files
-    added = {str(i): {"content": c, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                      "special": True} for i, c in sorted(SPECIALS.items())}
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "added_tokens_decoder": added, "additional_special_tokens": [], "bos_token": None,
-        "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
-        "model_max_length": 32768, "pad_token": "<|endoftext|>", "split_special_tokens": False,
-        "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}, indent=1))
 
 
 def write_upstream(folder: Path, kind: str, seed: int) -> Path:

@@ -140,3 +140,34 @@ def template_ids(n: int, seed: int, kind: str = "assistant") -> torch.Tensor:
     else:                                   # "ref" / "user": <|im_start|>role\n text <|im_end|>\n
         ids = [s, role, nl, *body, e, nl]
     return torch.tensor([ids])
+
+
+CORPUS = ["Hello world, this is a tiny tokenizer.", "The quick brown fox jumps over the lazy dog.",
+          "Speak slowly and clearly, please!", "Numbers 123 and 4567.", "A calm, low voice."]
+SPECIALS = {TEXT["im_start_token_id"]: "<|im_start|>", TEXT["im_end_token_id"]: "<|im_end|>",
+            TEXT["tts_pad_token_id"]: "<|tts_pad|>", TEXT["tts_bos_token_id"]: "<|tts_text_bos|>",
+            TEXT["tts_eos_token_id"]: "<|tts_text_eod|>", 305: "<|endoftext|>"}
+
+
+def write_tokenizer(folder: Path) -> None:
+    """A byte-level BPE with Qwen2's pre-tokenizer: ids 0..299 (bytes + merges), then the specials at 300..305."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from mizuoto.nodes.qwen3_tts.text import QWEN2_PATTERN
+    from tokenizers import Regex
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=min(SPECIALS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(CORPUS * 20, trainer)
+    tok.model.save(str(folder))                                  # vocab.json + merges.txt
+    vocab = json.loads((folder / "vocab.json").read_text())
+    assert max(vocab.values()) == min(SPECIALS) - 1      # specials follow the BPE ids without a gap, as in Qwen's files
+    added = {str(i): {"content": c, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                      "special": True} for i, c in sorted(SPECIALS.items())}
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "added_tokens_decoder": added, "additional_special_tokens": [], "bos_token": None,
+        "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
+        "model_max_length": 32768, "pad_token": "<|endoftext|>", "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}, indent=1))

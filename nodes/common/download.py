@@ -1,0 +1,115 @@
+"""Model downloads into a registered model folder, verified against the hub's file hashes.
+
+A download lands in a hidden temporary folder next to its destination and is renamed into place
+only when every file is complete and matches its published sha256, so an interrupted or corrupt
+download never looks like a model. The hub is a `Source`: Hugging Face (through huggingface_hub,
+imported only when downloading) or, for tests and offline mirrors, a local folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+class DownloadError(RuntimeError):
+    """A download failed or a file does not match its published hash; nothing was left in place."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str  # path inside the repository, "/"-separated
+    size: int
+    sha256: str | None  # published for large (LFS) files
+
+
+class Source(Protocol):
+    def files(self, repo: str) -> list[RemoteFile]: ...
+    def fetch(self, repo: str, name: str, dest: Path, progress: Callable[[int], None]) -> None: ...
+
+
+class HuggingFaceSource:
+    """The Hugging Face hub through huggingface_hub (ComfyUI ships it)."""
+
+    def files(self, repo: str) -> list[RemoteFile]:
+        from huggingface_hub import HfApi
+
+        info = HfApi().model_info(repo, files_metadata=True)
+        return [RemoteFile(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else None) for s in info.siblings]
+
+    def fetch(self, repo: str, name: str, dest: Path, progress: Callable[[int], None]) -> None:
+        from huggingface_hub import hf_hub_download
+
+        path = Path(hf_hub_download(repo, name, local_dir=dest.parent.parent / ".hf-cache"))
+        shutil.move(str(path), dest)
+        progress(dest.stat().st_size)
+
+
+class LocalSource:
+    """A folder holding `<repo>/...` files and `<repo>/sha256sums.json` ({name: sha256}), like a mirror."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def files(self, repo: str) -> list[RemoteFile]:
+        base = self.root / repo
+        if not base.is_dir():
+            raise DownloadError(f"repository {repo!r} not found in {self.root}")
+        sums_file = base / "sha256sums.json"
+        sums = json.loads(sums_file.read_text()) if sums_file.is_file() else {}
+        return [RemoteFile(p.relative_to(base).as_posix(), p.stat().st_size, sums.get(p.relative_to(base).as_posix()))
+                for p in sorted(base.rglob("*")) if p.is_file() and p != sums_file]
+
+    def fetch(self, repo: str, name: str, dest: Path, progress: Callable[[int], None]) -> None:
+        with open(self.root / repo / name, "rb") as src, open(dest, "wb") as out:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                out.write(block)
+                progress(len(block))
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(repo: str, dest: Path, source: Source, progress: Progress | None = None,
+             include: Callable[[str], bool] = lambda name: not name.startswith(".")) -> Path:
+    """Download `repo` into `dest` (a new folder); returns `dest`. An existing `dest` is left alone."""
+    dest = Path(dest)
+    if dest.exists():
+        return dest
+    files = [f for f in source.files(repo) if include(f.name)]
+    if not files:
+        raise DownloadError(f"repository {repo!r} has no files to download")
+    total, done = sum(f.size for f in files), 0
+    partial = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        for f in files:
+            target = (partial / f.name).resolve()
+            if partial.resolve() not in target.parents:
+                raise DownloadError(f"repository {repo!r} names a file outside its folder: {f.name!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+
+            def step(n: int) -> None:
+                nonlocal done
+                done += n
+                if progress is not None:
+                    progress(done, total)
+
+            source.fetch(repo, f.name, target, step)
+            if f.sha256 is not None and (actual := sha256_of(target)) != f.sha256:
+                raise DownloadError(f"{repo}/{f.name}: sha256 {actual} does not match the published {f.sha256}")
+        partial.rename(dest)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return dest
