@@ -19,9 +19,10 @@ def runtime_report(runtime: PackRuntime) -> dict[str, Any]:
         "name": h.name,
         "engine": h.engine,
         "device": str(h.device),
+        "managed": h.managed,  # False on a plain CPU: the weights simply run from RAM
         "size_mb": h.size_bytes / MB,
         "loaded_mb": h.loaded_bytes / MB,
-        "streamed_mb": h.streamed_bytes / MB,
+        "streamed_mb": h.streamed_bytes / MB,  # since load; the last request's is in last.memory
         "host_mb": h.host_bytes / MB,
         "partial": h.partial,
         "in_use": bool(h.in_use),

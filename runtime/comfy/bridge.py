@@ -123,16 +123,14 @@ class ComfyArbiter:
                 if getattr(entry, "model_finalizer", None) is not None:
                     entry.model_finalizer.detach()
 
-    def manages(self, device: torch.device) -> bool:
-        return torch.device(device) != torch.device("cpu")
-
     def make_room(self, device: torch.device, handles: list[ModelHandle], working: int, minimum: int) -> None:
         """Let ComfyUI free memory for the phase (its own eviction order) and register our components.
 
         Largest first: load_models_gpu serves its list in reverse, so the small ones are budgeted first.
         """
-        patchers = [self.patchers[h] for h in sorted(handles, key=lambda h: -h.size_bytes) if h in self.patchers]
-        if patchers and self.manages(device):
+        patchers = [self.patchers[h] for h in sorted(handles, key=lambda h: -h.size_bytes)
+                    if h in self.patchers and h.managed]  # also a simulated CPU: /free must reach it
+        if patchers:
             self.mm.load_models_gpu(patchers, memory_required=working, minimum_memory_required=minimum)
 
     def interrupted(self) -> None:

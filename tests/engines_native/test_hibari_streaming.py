@@ -37,3 +37,17 @@ def test_streamed_half_and_resident_equal_plain_run(residency, reference):
     else:
         assert streamed > 0 and engine.handle.partial
         assert (engine.handle.loaded_bytes > engine.handle.layout.fixed_bytes) == (residency == "half")
+
+
+@pytest.mark.parametrize("text", ["Hi.", "The quick brown fox jumps over the lazy dog.", TEXT * 2])
+@pytest.mark.parametrize("speed", [0.5, 2.0])
+def test_acoustic_estimate_covers_the_measured_working_memory(text, speed):
+    voice = HibariVoice.load()
+    devices = DeviceService(simulate={"cpu": 1 << 30}, strict=True)
+    engine = HibariEngine(voice, ModelManager(devices, VramPolicy()))
+    for phonemes in voice.chunks(text):
+        ids = torch.tensor([voice.g2p.ids(phonemes)])
+        with engine.manager.request() as ctx, ctx.use([engine.handle]), devices.tracking("cpu") as t:
+            voice.acoustic(ids, speed)
+        estimate = engine.acoustic_memory(ids.shape[1], speed)
+        assert t.peak_bytes <= estimate <= 3 * t.peak_bytes + (1 << 20)

@@ -1,0 +1,205 @@
+"""Regenerate example_workflows/*.json (+ .jpg thumbnails) and the API form the e2e test posts.
+
+The graphs are built by the real ComfyUI frontend (LiteGraph nodes created from the server's
+/object_info, linked, widgets set) and exported with `app.graph.serialize()`, so the files are
+exactly what ComfyUI itself saves. `speak_and_preview.api.json` is the frontend's own
+`app.graphToPrompt()` of the same graph. Thumbnails are screenshots of each workflow loaded in the
+UI (focus mode, fitted to the view), scaled to 512x512 JPEG like the core templates' thumbnails.
+
+    COMFYUI_PATH=/work/comfyui /work/venv-comfy/bin/python tests/comfyui_e2e/make_examples.py
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from cdp import Browser, find_chromium  # noqa: E402
+from comfy_server import REPO, ComfyServer, comfyui_path, why_not_runnable  # noqa: E402
+
+OUT = REPO / "example_workflows"
+THUMB = 512
+
+# Helpers defined once in the page: build a graph from a spec of nodes, links and groups.
+BUILDER = r"""
+window.__mizuotoBuild = async (spec) => {
+  await app.loadGraphData(window.comfyAPI.defaultGraph.blankGraph, true, true, null);
+  const G = app.graph, byKey = {};
+  for (const n of spec.nodes) {
+    const node = LiteGraph.createNode(n.type);
+    if (!node) throw new Error("unknown node type " + n.type);
+    if (n.title) node.title = n.title;
+    node.pos = n.pos;
+    G.add(node);
+    for (const [name, value] of Object.entries(n.values || {})) {
+      const w = (node.widgets || []).find((w) => w.name === name);
+      if (!w) throw new Error(n.type + ": no widget " + name + " (" + (node.widgets || []).map((w) => w.name) + ")");
+      w.value = value;
+    }
+    if (n.properties) Object.assign(node.properties, n.properties);
+    if (n.size) node.setSize(n.size);
+    if (n.color) { node.color = n.color; node.bgcolor = n.bgcolor; }
+    byKey[n.key] = node;
+  }
+  for (const [from, out, to, inp] of spec.links) {
+    const a = byKey[from], b = byKey[to];
+    const slot = typeof inp === "number" ? inp : b.findInputSlot(inp);
+    if (!a.connect(out, b, slot)) throw new Error("could not link " + from + "." + out + " -> " + to + "." + inp);
+  }
+  for (const g of spec.groups || []) {
+    const group = new LiteGraph.LGraphGroup(g.title);
+    group.pos = g.pos; group.size = g.size;
+    if (g.color) group.color = g.color;
+    G.add(group);
+  }
+  G.setDirtyCanvas(true, true);
+  return app.graph.serialize();
+};
+"""
+
+SPEECH_TEXT = ("Hello from Mizuoto. This voice runs inside ComfyUI, and it shares the graphics card "
+               "with your image models.")
+FIXED = {"control_after_generate": "fixed"}
+
+SPEAK_AND_PREVIEW = {
+    "nodes": [
+        {"key": "load", "type": "MizuotoLoadHibari", "pos": [40, 120], "size": [330, 90],
+         "values": {"precision": "fp32", "device": "auto"}},
+        {"key": "speak", "type": "MizuotoSpeak", "pos": [420, 120], "size": [400, 330],
+         "values": {"text": SPEECH_TEXT, "seed": 0, **FIXED, "speed": 1.0, "language": "auto", "voice": ""}},
+        {"key": "preview", "type": "PreviewAudio", "pos": [870, 120], "size": [320, 130]},
+    ],
+    "links": [["load", 0, "speak", "model"], ["speak", 0, "preview", "audio"]],
+}
+
+SD15 = "v1-5-pruned-emaonly-fp16.safetensors"
+SD15_URL = "https://huggingface.co/Comfy-Org/stable-diffusion-v1-5-archive/resolve/main/" + SD15
+NOTE = ("Speech and an image model in one graph.\n\n"
+        "Mizuoto registers its components with ComfyUI's memory manager, so when the checkpoint "
+        "loads, ComfyUI takes VRAM back from the voice unit by unit (and the other way round). "
+        "If the voice does not fit whole, its remaining layers stream from RAM: slower, "
+        "never different, never out of memory.\n\n"
+        "The image part needs " + SD15 + " in models/checkpoints; the voice needs no download.")
+
+SPEECH_NEXT_TO_IMAGE = {
+    "nodes": [
+        {"key": "ckpt", "type": "CheckpointLoaderSimple", "pos": [40, 140], "size": [330, 100],
+         "values": {"ckpt_name": SD15},
+         "properties": {"models": [{"name": SD15, "url": SD15_URL, "directory": "checkpoints"}]}},
+        {"key": "pos", "type": "CLIPTextEncode", "pos": [420, 100], "size": [420, 170], "title": "Positive prompt",
+         "values": {"text": "a lighthouse on a cliff at dawn, soft light, sea mist, detailed painting"}},
+        {"key": "neg", "type": "CLIPTextEncode", "pos": [420, 310], "size": [420, 130], "title": "Negative prompt",
+         "values": {"text": "text, watermark, blurry"}},
+        {"key": "latent", "type": "EmptyLatentImage", "pos": [500, 480], "size": [300, 110],
+         "values": {"width": 512, "height": 512, "batch_size": 1}},
+        {"key": "ksampler", "type": "KSampler", "pos": [890, 100], "size": [320, 270],
+         "values": {"seed": 0, **FIXED, "steps": 20, "cfg": 7.0, "sampler_name": "euler",
+                    "scheduler": "normal", "denoise": 1.0}},
+        {"key": "decode", "type": "VAEDecode", "pos": [1260, 100], "size": [210, 50]},
+        {"key": "image", "type": "PreviewImage", "pos": [1260, 200], "size": [320, 380]},
+        {"key": "load", "type": "MizuotoLoadHibari", "pos": [40, 720], "size": [330, 90],
+         "values": {"precision": "fp32", "device": "auto"}},
+        {"key": "speak", "type": "MizuotoSpeak", "pos": [420, 720], "size": [420, 330],
+         "values": {"text": "The lighthouse keeper lit the lamp at dawn, just as the mist rolled in.",
+                    "seed": 0, **FIXED, "speed": 1.0, "language": "en", "voice": ""}},
+        {"key": "preview", "type": "PreviewAudio", "pos": [890, 720], "size": [320, 130]},
+        {"key": "note", "type": "Note", "pos": [1260, 720], "size": [320, 300], "values": {"text": NOTE}},
+    ],
+    "links": [
+        ["ckpt", 0, "ksampler", "model"], ["ckpt", 1, "pos", "clip"], ["ckpt", 1, "neg", "clip"],
+        ["pos", 0, "ksampler", "positive"], ["neg", 0, "ksampler", "negative"],
+        ["latent", 0, "ksampler", "latent_image"], ["ksampler", 0, "decode", "samples"],
+        ["ckpt", 2, "decode", "vae"], ["decode", 0, "image", "images"],
+        ["load", 0, "speak", "model"], ["speak", 0, "preview", "audio"],
+    ],
+    "groups": [
+        {"title": "Image (Stable Diffusion 1.5)", "pos": [20, 20], "size": [1580, 600], "color": "#3f789e"},
+        {"title": "Speech (Mizuoto, embedded voice)", "pos": [20, 640], "size": [1580, 420], "color": "#8a8a3f"},
+    ],
+}
+
+WORKFLOWS = {"speak_and_preview": SPEAK_AND_PREVIEW, "speech_next_to_an_image_model": SPEECH_NEXT_TO_IMAGE}
+
+
+def open_ui(browser: Browser, url: str) -> None:
+    browser.navigate(url)
+    browser.wait_for("!!(window.app && app.graph && app.extensionManager && window.LiteGraph"
+                     " && document.querySelector('.side-bar-button')"
+                     " && app.extensions.some((e) => e.name === 'mizuoto.panel'))", timeout=90)
+
+
+def thumbnail(browser: Browser, workflow: dict, path: Path) -> None:
+    """Load the workflow at zoom <= 1.5, centred; screenshot the square around it; 512x512 JPEG."""
+    from PIL import Image
+
+    width, height, margin = 2200, 2200, 30
+    browser.send("Emulation.setDeviceMetricsOverride",
+                 {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    browser.evaluate(f"app.loadGraphData({json.dumps(workflow)}, true, true, null).then(() => true)")
+    rect = browser.evaluate(f"""(async () => {{
+      const W = {width}, H = {height}, M = {margin}, G = app.graph, T = LiteGraph.NODE_TITLE_HEIGHT;
+      let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+      for (const n of G.nodes) {{
+        x0 = Math.min(x0, n.pos[0]); y0 = Math.min(y0, n.pos[1] - T);
+        x1 = Math.max(x1, n.pos[0] + n.size[0]); y1 = Math.max(y1, n.pos[1] + n.size[1]);
+      }}
+      for (const g of G.groups || []) {{
+        x0 = Math.min(x0, g.pos[0]); y0 = Math.min(y0, g.pos[1]);
+        x1 = Math.max(x1, g.pos[0] + g.size[0]); y1 = Math.max(y1, g.pos[1] + g.size[1]);
+      }}
+      const ds = app.canvas.ds, bw = x1 - x0, bh = y1 - y0;
+      ds.scale = Math.min(1.5, 0.8 * W / bw, 0.8 * H / bh);
+      ds.offset[0] = W / (2 * ds.scale) - (x0 + bw / 2);
+      ds.offset[1] = H / (2 * ds.scale) - (y0 + bh / 2);
+      app.canvas.setDirty(true, true);
+      await new Promise((r) => setTimeout(r, 800));
+      const sx = (x) => (x + ds.offset[0]) * ds.scale, sy = (y) => (y + ds.offset[1]) * ds.scale;
+      const side = Math.max(bw, bh) * ds.scale + 2 * M;  // a square around the graph's centre
+      return {{x: sx(x0 + bw / 2) - side / 2, y: sy(y0 + bh / 2) - side / 2, width: side, height: side}};
+    }})()""")
+    tmp = browser.screenshot(path.with_name(path.stem + ".tmp.png"), clip=rect)
+    square = Image.open(tmp).convert("RGB")
+    tmp.unlink()
+    square.resize((THUMB, THUMB), Image.LANCZOS).save(path, "JPEG", quality=88, optimize=True)
+
+
+def main() -> int:
+    reason = why_not_runnable()
+    chromium = find_chromium()
+    if reason or not chromium:
+        print(reason or "chromium not found (apt-get install chromium)", file=sys.stderr)
+        return 2
+    OUT.mkdir(exist_ok=True)
+    settings = {"Comfy.Graph.CanvasInfo": False, "Comfy.Minimap.Visible": False}
+    # The usual clone name, so the node-source badges in the thumbnails read "comfyui-mizuoto".
+    with ComfyServer(comfyui_path(), settings=settings, pack_dir_name="comfyui-mizuoto") as server, \
+            Browser(chromium, log_path=str(server.base / "chromium.log")) as browser:
+        # An empty stand-in for the SD1.5 checkpoint, so the UI draws no "missing model" warning.
+        checkpoints = server.base / "models" / "checkpoints"
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        (checkpoints / SD15).touch()
+        open_ui(browser, server.url)
+        browser.evaluate(BUILDER + "; true")
+        for name, spec in WORKFLOWS.items():
+            graph = browser.evaluate(f"window.__mizuotoBuild({json.dumps(spec)})")
+            graph.pop("id", None)  # a fresh id per load; templates carry none
+            graph.setdefault("extra", {}).pop("ds", None)  # the view is fitted on load
+            (OUT / f"{name}.json").write_text(json.dumps(graph, indent=2, ensure_ascii=False) + "\n")
+            if name == "speak_and_preview":
+                api = browser.evaluate("app.graphToPrompt().then((p) => p.output)")
+                (HERE / f"{name}.api.json").write_text(json.dumps(api, indent=2, ensure_ascii=False) + "\n")
+            thumbnail(browser, graph, OUT / f"{name}.jpg")
+            print(f"wrote {OUT / name}.json/.jpg ({len(graph['nodes'])} nodes, {len(graph['links'])} links)")
+        errors = [e for e in browser.console_errors() if "mizuoto" in e.lower()]
+        if errors:
+            print("console errors mentioning mizuoto:", *errors, sep="\n  ", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""End to end against a real ComfyUI server: our pack loaded from an oddly named folder, a workflow
+with our nodes run through /prompt and /history, the runtime route, /free, the template listing,
+and the web panel in the real frontend (headless Chromium).
+
+Runs only when COMFYUI_PATH points at a ComfyUI checkout and this interpreter can run it:
+
+    COMFYUI_PATH=/path/to/ComfyUI /path/to/comfy-venv/bin/python -m pytest tests/comfyui_e2e -q -s
+
+The server runs on 127.0.0.1 on a free port with `--cpu` and a temporary base directory (nothing is
+written into the checkout) and is stopped by its PID at the end. The pack's runtime is told to
+simulate a 26 MB device (MIZUOTO_COMPUTE_SIMULATE_VRAM_MB): the embedded voice's acoustic model
+(23.5 MB plus its working memory) then does not fit whole, so the run exercises partial placement
+and weight streaming inside ComfyUI, and the panel has real bars to show. See README.md here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from cdp import Browser, find_chromium  # noqa: E402
+from comfy_server import REPO, SIMULATED_VRAM_MB, ComfyServer, comfyui_path, why_not_runnable  # noqa: E402
+
+SKIP_REASON = why_not_runnable()
+pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")
+
+OUR_NODES = {
+    "MizuotoLoadHibari": {"required": ["precision", "device"], "output": ["MIZUOTO_TTS"]},
+    "MizuotoSpeak": {"required": ["model", "text", "seed", "speed", "language"],
+                     "optional": ["voice", "reference_audio", "reference_text", "instruction", "settings"],
+                     "output": ["AUDIO"]},
+    "MizuotoLoadQwen3TTS": {"required": ["model", "precision", "device"], "output": ["MIZUOTO_TTS"]},
+    "MizuotoRuntimeSettings": {"required": ["vram_mode", "vram_reserve_mb", "vram_limit_mb", "async_offload",
+                                            "host_copies", "oom_retry", "oom_fallback", "kv_cache"],
+                               "optional": ["more"], "output": ["MIZUOTO_SETTINGS"]},
+}
+MODEL = "hibari:fp32:auto"  # the loader's model name for precision fp32, device auto
+WORKFLOWS = ["speak_and_preview", "speech_next_to_an_image_model"]
+API_PROMPT = json.loads((HERE / "speak_and_preview.api.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def server():
+    started = time.monotonic()
+    srv = ComfyServer(comfyui_path(), extra_custom_nodes={"mizuoto_e2e_probe": HERE / "probe_node"},
+                      env={"MIZUOTO_COMPUTE_SIMULATE_VRAM_MB": str(SIMULATED_VRAM_MB)})
+    try:
+        srv.start()
+        print(f"\nComfyUI up at {srv.url} (pid {srv.proc.pid}) in {time.monotonic() - started:.1f} s; "
+              f"pack folder {srv.pack_dir_name!r}")
+        yield srv
+    finally:
+        srv.stop()  # SIGTERM/SIGKILL by PID, then the temp base dir goes
+        assert srv.proc is None or srv.proc.poll() is not None, "ComfyUI still running after stop()"
+
+
+def runtime(server) -> dict:
+    return server.get("/mizuoto/runtime")
+
+
+def component(report: dict, name: str = "acoustic") -> dict | None:
+    return next((c for c in report["components"] if c["name"] == name), None)
+
+
+def flac_info(data: bytes) -> tuple[int, int, int]:
+    """(sample rate, channels, total samples) from a FLAC stream's STREAMINFO block."""
+    assert data[:4] == b"fLaC", f"not FLAC: {data[:8]!r}"
+    info = data[8:8 + 34]  # after the 4-byte metadata block header
+    bits = int.from_bytes(info[10:18], "big")
+    rate, channels, total = bits >> 44, ((bits >> 41) & 0x7) + 1, bits & ((1 << 36) - 1)
+    return rate, channels, total
+
+
+def check_audio_output(server, entry: dict, node_id: str) -> float:
+    """The PreviewAudio node's file: exists in ComfyUI's temp dir, non-empty FLAC, 24 kHz, > 0.5 s."""
+    files = entry["outputs"][node_id]["audio"]
+    assert len(files) == 1 and files[0]["type"] == "temp", files
+    f = files[0]
+    on_disk = server.base / "temp" / f["subfolder"] / f["filename"]
+    assert on_disk.is_file() and on_disk.stat().st_size > 1000, on_disk
+    query = urllib.parse.urlencode({"filename": f["filename"], "subfolder": f["subfolder"], "type": "temp"})
+    data = server.get(f"/view?{query}")
+    assert data == on_disk.read_bytes()
+    rate, channels, total = flac_info(data)
+    assert (rate, channels) == (24000, 1), (rate, channels)
+    seconds = total / rate
+    assert seconds > 0.5, seconds
+    return seconds
+
+
+# ---- the server and the pack -------------------------------------------------------------------------
+def test_pack_loads_without_errors(server):
+    log = server.log()
+    ours = [line for line in log.splitlines() if server.pack_dir_name in line]
+    assert any("seconds" in line for line in ours), f"no import-time line for our pack:\n{log[-3000:]}"
+    assert not [line for line in ours if "IMPORT FAILED" in line], ours
+    assert "Traceback" not in log, log[-6000:]
+    # The frontend extension is served under the folder name, whatever it is.
+    extensions = server.get("/extensions")
+    assert f"/extensions/{urllib.parse.quote(server.pack_dir_name)}/mizuoto_panel.js" in extensions, extensions
+
+
+def test_object_info_lists_our_nodes(server):
+    info = server.get("/object_info")
+    for name, spec in OUR_NODES.items():
+        assert name in info, f"{name} missing from /object_info"
+        node = info[name]
+        assert node["category"] == "audio/tts"
+        assert node["output"] == spec["output"]
+        assert node["python_module"] == f"custom_nodes.{server.pack_dir_name}"
+        assert list(node["input"]["required"]) == spec["required"]
+        assert list(node["input"].get("optional", {})) == spec.get("optional", [])
+    speak = info["MizuotoSpeak"]["input"]["required"]
+    assert speak["model"] == ["MIZUOTO_TTS"] and speak["text"][0] == "STRING" and speak["seed"][0] == "INT"
+    assert info["MizuotoLoadHibari"]["input"]["required"]["precision"][0] == ["fp32", "bf16", "fp16"]
+
+
+# ---- a workflow with our nodes through the HTTP API ------------------------------------------------
+def test_speak_workflow_via_prompt_and_history(server):
+    started = time.monotonic()
+    entry = server.run_prompt(API_PROMPT)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:3000]
+    seconds = check_audio_output(server, entry, "3")
+    print(f"speak_and_preview: {seconds:.2f} s of audio in {time.monotonic() - started:.1f} s")
+
+    report = runtime(server)
+    assert report["device"] == "cpu" and report["total_mb"] == SIMULATED_VRAM_MB
+    assert {"name": MODEL, "components": ["acoustic"]} in report["models"], report["models"]
+    c = component(report)
+    assert c is not None and c["engine"] == "hibari"
+    print(f"runtime after the run: {json.dumps(c)}")
+    # 26 MB cannot hold the acoustic model plus its working memory: partly placed, the rest streamed.
+    assert 0 < c["loaded_mb"] < c["size_mb"], c
+    assert c["partial"] is True and c["in_use"] is False, c
+    assert c["streamed_mb"] > 0 and c["host_mb"] > 0, c
+    last = report["last"]
+    assert last["model"] == "hibari heart"
+    assert last["memory"]["partial"]["acoustic"]["reason"] == "budget", last
+    assert last["memory"]["streamed_mb"] > 0 and last["applied"] == {"oom_retries": 0, "fallbacks": []}, last
+
+
+def test_free_unloads_our_model(server):
+    if component(runtime(server)) is None or component(runtime(server))["loaded_mb"] == 0:
+        server.run_prompt(API_PROMPT)
+    before = server.get("/mizuoto_e2e/comfy_loaded_models")
+    print(f"ComfyUI's loaded models before /free: {before}")
+    server.post("/free", {"unload_models": True, "free_memory": True})
+    deadline = time.monotonic() + 10  # ComfyUI acts on /free within about a second once idle
+    while time.monotonic() < deadline:
+        c = component(runtime(server))
+        if c is None or c["loaded_mb"] == 0:
+            return
+        time.sleep(0.25)
+    pytest.fail(f"/free left our component loaded: {component(runtime(server))}; "
+                f"ComfyUI's list: {server.get('/mizuoto_e2e/comfy_loaded_models')}")
+
+
+def test_workflow_templates_list_our_examples(server):
+    templates = server.get("/api/workflow_templates")
+    assert sorted(templates.get(server.pack_dir_name, [])) == sorted(WORKFLOWS), templates
+    for name in WORKFLOWS:
+        base = f"/api/workflow_templates/{urllib.parse.quote(server.pack_dir_name)}/{name}"
+        graph = server.get(base + ".json")
+        assert graph == json.loads((REPO / "example_workflows" / f"{name}.json").read_text())
+        node_types = {n["type"] for n in graph["nodes"]}
+        assert {"MizuotoLoadHibari", "MizuotoSpeak", "PreviewAudio"} <= node_types
+        ids = {n["id"] for n in graph["nodes"]}
+        for link_id, src, _, dst, _, _ in graph["links"]:  # every link joins two nodes of the graph
+            assert src in ids and dst in ids, link_id
+        thumb = server.get(base + ".jpg")
+        assert thumb[:3] == b"\xff\xd8\xff", f"{name}.jpg is not a JPEG"
+    pack = urllib.parse.quote(server.pack_dir_name)
+    image_nodes = {n["type"] for n in server.get(
+        f"/api/workflow_templates/{pack}/speech_next_to_an_image_model.json")["nodes"]}
+    assert {"CheckpointLoaderSimple", "CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode",
+            "PreviewImage"} <= image_nodes
+
+
+# ---- the frontend: the workflow run from the UI, and our panel ---------------------------------------
+def test_panel_in_the_real_frontend(server):
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("chromium not found at /usr/bin/chromium or on PATH (apt-get install chromium); "
+                    "set CHROMIUM=/path/to/chromium to use another build")
+    artifacts = Path(os.environ.get("MIZUOTO_ARTIFACTS") or tempfile.mkdtemp(prefix="mizuoto-e2e-"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    pack = urllib.parse.quote(server.pack_dir_name)
+    started = time.monotonic()
+    with Browser(chromium, width=1400, height=900, log_path=str(artifacts / "chromium.log")) as b:
+        try:
+            drive_ui(server, b, pack, artifacts, started)
+        except BaseException:
+            shot = b.screenshot(artifacts / "failure.png")
+            print(f"failure screenshot: {shot}; console errors: {b.console_errors()}")
+            raise
+    print(f"browser part: {time.monotonic() - started:.1f} s")
+
+
+def drive_ui(server, b: Browser, pack: str, artifacts: Path, started: float) -> None:
+    b.navigate(server.url)
+    b.wait_for("!!(window.app && app.graph && app.extensionManager && document.querySelector('.side-bar-button'))",
+               timeout=90)
+    assert b.wait_for("app.extensions.some((e) => e.name === 'mizuoto.panel')", timeout=30)
+    assert b.evaluate("app.extensionManager.getSidebarTabs().some((t) => t.id === 'mizuoto-models')")
+    print(f"frontend ready in {time.monotonic() - started:.1f} s")
+
+    # Open our tab first, so the refresh on execution events is what fills it with the new run.
+    b.evaluate("app.extensionManager.command.execute('Workspace.ToggleSidebarTab.mizuoto-models').then(() => true)")
+    b.wait_for("document.querySelector('#mizuoto-panel')?.dataset.state === 'ready'", timeout=20)
+
+    # Load the shipped template exactly as the template browser fetches it, then run it from the UI.
+    b.evaluate(f"""(async () => {{
+      const graph = await (await fetch('/api/workflow_templates/{pack}/speak_and_preview.json')).json();
+      await app.loadGraphData(graph);
+      window.__mz = {{done: null}};
+      const api = window.comfyAPI.api.api;
+      api.addEventListener('execution_success', (e) => {{
+        window.__mz.done = {{ok: true, id: e.detail.prompt_id, at: Date.now()}};
+      }});
+      api.addEventListener('execution_error', (e) => {{ window.__mz.done = {{ok: false, detail: e.detail}}; }});
+      return true;
+    }})()""")
+    ui_prompt = b.evaluate("app.graphToPrompt().then((p) => p.output)")
+    assert ui_prompt == API_PROMPT, "graphToPrompt of the template differs from speak_and_preview.api.json"
+    # A new text, so Speak really runs again (not served from ComfyUI's cache).
+    b.evaluate("(() => { const n = app.graph.nodes.find((n) => n.type === 'MizuotoSpeak');"
+               " n.widgets.find((w) => w.name === 'text').value = 'The panel refreshes after this run.';"
+               " return true; })()")
+    b.evaluate("app.queuePrompt(0).then(() => true)")
+    done = b.wait_for("window.__mz.done", timeout=120)
+    assert done["ok"], done
+    entry = server.get(f"/history/{done['id']}")[done["id"]]
+    check_audio_output(server, entry, "3")
+
+    # The panel refetched after execution_success (our event listeners) and lists the model with its bars.
+    b.wait_for(f"Number(document.querySelector('#mizuoto-panel').dataset.fetched) >= {done['at']}", timeout=20)
+    assert b.evaluate(f"!!document.querySelector('#mizuoto-panel .mizuoto-model[data-name=\"{MODEL}\"]')")
+    panel = b.evaluate(f"""(() => {{
+      const m = document.querySelector('#mizuoto-panel .mizuoto-model[data-name="{MODEL}"]');
+      const c = m.querySelector('.mizuoto-component[data-name="acoustic"]');
+      const bar = (k) => {{ const e = c.querySelector('.mizuoto-bar-' + k);
+        return e && {{mb: parseFloat(e.dataset.mb), title: e.title, width: e.style.width,
+                      px: e.getBoundingClientRect().width}}; }};
+      const r = document.querySelector('#mizuoto-panel').getBoundingClientRect();
+      return {{loaded: bar('loaded'), streamed: bar('streamed'), host: bar('host'),
+               partialTag: !!c.querySelector('.mizuoto-partial'),
+               lastPartial: document.querySelector('#mizuoto-panel .mizuoto-last-partial').textContent,
+               lastOom: document.querySelector('#mizuoto-panel .mizuoto-last-oom').textContent,
+               visible: r.width > 100 && r.height > 100}};
+    }})()""")
+    print(f"panel: {json.dumps(panel)}")
+    report = runtime(server)
+    c = component(report)
+    assert panel["visible"]
+    assert abs(panel["loaded"]["mb"] - c["loaded_mb"]) < 0.01 and 0 < panel["loaded"]["mb"] < c["size_mb"]
+    assert panel["loaded"]["px"] > 0 and "MB" in panel["loaded"]["title"]
+    assert panel["streamed"]["mb"] > 0 and panel["host"]["mb"] > 0
+    assert panel["partialTag"] and "budget" in panel["lastPartial"] and panel["lastOom"] == "0"
+
+    shot = b.screenshot(artifacts / "mizuoto_panel.png")
+    print(f"panel screenshot: {shot}")
+
+    # Frontends without registerSidebarTab get a floating panel instead: load a second instance of
+    # the module with that API hidden and a registerExtension that just runs setup().
+    fallback = b.evaluate(f"""(async () => {{
+      const em = app.extensionManager, tab = em.registerSidebarTab, reg = app.registerExtension;
+      em.registerSidebarTab = undefined;
+      app.registerExtension = (ext) => ext.setup();
+      try {{ await import('/extensions/{pack}/mizuoto_panel.js?fallback=1'); }}
+      finally {{ em.registerSidebarTab = tab; app.registerExtension = reg; }}
+      document.querySelector('.mizuoto-floating-toggle').click();
+      for (let i = 0; i < 40; i++) {{
+        const p = document.querySelector('.mizuoto-floating #mizuoto-panel[data-state="ready"]');
+        if (p) return !!p.querySelector('.mizuoto-model[data-name="{MODEL}"] .mizuoto-bar-loaded');
+        await new Promise((r) => setTimeout(r, 250));
+      }}
+      return false;
+    }})()""")
+    assert fallback, "the floating fallback panel did not show the model"
+    errors = [e for e in b.console_errors() if "mizuoto" in e.lower()]
+    assert not errors, errors
