@@ -14,7 +14,7 @@ import logging
 import platform
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psutil
 import torch
@@ -109,12 +109,12 @@ class _AllocationMode(TorchDispatchMode):
 
 @dataclass
 class Tracking:
-    """What a tracked block allocated on a simulated device: peak bytes above the bytes live at entry."""
+    """What a tracked block allocated: peak bytes above the bytes live at entry, and what was live after."""
 
-    memory: SimulatedMemory
+    device: str
     start: int = 0
     peak_bytes: int = 0
-    _outer_peak: int = field(default=0, repr=False)
+    end: int = 0
 
 
 def assign(t: torch.Tensor, value: torch.Tensor) -> None:
@@ -279,23 +279,31 @@ class DeviceService:
     # ---- phase accounting -----------------------------------------------------------------------
     @contextlib.contextmanager
     def tracking(self, device: torch.device | str) -> Iterator[Tracking | None]:
-        """Count what the block allocates on a simulated device; yields None on other devices.
-
-        On CUDA the peak comes from the allocator's statistics instead (see `peak_since`).
-        """
+        """Measure the block's allocations on a simulated device (counted op by op) or on CUDA/XPU
+        (the allocator's peak statistics); yields None where nothing can be measured (CPU, MPS)."""
         device = torch.device(device)
-        if not self.is_simulated(device):
+        if self.is_simulated(device):
+            mem = self.memory(device)
+            result, outer_peak = Tracking(str(device), start=mem.used), mem.peak
+            mem.peak = mem.used
+            try:
+                with _AllocationMode(mem, self.strict, self.names):
+                    yield result
+            finally:
+                result.peak_bytes, result.end = mem.peak - result.start, mem.used
+                mem.peak = max(outer_peak, mem.peak)
+            return
+        backend = getattr(torch, device.type, None) if device.type in ("cuda", "xpu") else None
+        if backend is None:
             yield None
             return
-        mem = self.memory(device)
-        result = Tracking(mem, start=mem.used, _outer_peak=mem.peak)
-        mem.peak = mem.used
+        result = Tracking(str(device), start=backend.memory_allocated(device))
+        backend.reset_peak_memory_stats(device)
         try:
-            with _AllocationMode(mem, self.strict, self.names):
-                yield result
+            yield result
         finally:
-            result.peak_bytes = mem.peak - result.start
-            mem.peak = max(result._outer_peak, mem.peak)
+            result.peak_bytes = backend.max_memory_allocated(device) - result.start
+            result.end = backend.memory_allocated(device)
 
     # ---- pinned-to-CPU subtrees -------------------------------------------------------------------
     @staticmethod

@@ -129,11 +129,11 @@ class RequestContext:
         if name is None or not trackers:
             return
         for tracker in trackers:
-            streamed = [h for h in handles if str(h.device) == tracker.memory.name]
+            streamed = [h for h in handles if str(h.device) == tracker.device]
             copies = sum(self.manager.streamer(h.device).slots(h) * max((u.nbytes for u in h._streamed_units()), default=0)
                          for h in streamed)
             cached = sum(self.manager.streamer(h.device).cached_bytes(h) for h in streamed)
-            stays = max(0, tracker.memory.used - tracker.start - cached)
+            stays = max(0, tracker.end - tracker.start - cached)
             measured = max(0, tracker.peak_bytes - copies - stays)
             for h in streamed:
                 key = self.manager.calibration_key(h)
