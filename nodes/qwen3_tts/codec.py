@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.transformer import DecoderLayer, LayerScale, RMSNorm, RotaryEmbedding, sliding_mask
+from ..common.transformer import Attention, DecoderLayer, LayerScale, RMSNorm, RotaryEmbedding, sliding_mask
 
 # ---- configuration ----------------------------------------------------------------------------------
 
@@ -363,7 +363,6 @@ class MimiMLP(nn.Module):
 class MimiLayer(nn.Module):
     def __init__(self, c: EncoderConfig, head_dim: int) -> None:
         super().__init__()
-        from ..common.transformer import Attention
         d = c.hidden_size
         self.self_attn = Attention(d, c.num_attention_heads, c.num_key_value_heads, head_dim, bias=c.attention_bias)
         self.mlp = MimiMLP(d, c.intermediate_size)

@@ -151,13 +151,13 @@ def _layers(c: LMConfig) -> nn.ModuleList:
                          for _ in range(c.num_hidden_layers))
 
 
-class TalkerModel(nn.Module):
-    def __init__(self, c: TalkerConfig) -> None:
+class DecoderStack(nn.Module):
+    """Decoder layers with RoPE and a final norm; the talker and the code predictor differ in embeddings."""
+
+    def __init__(self, c: LMConfig) -> None:
         super().__init__()
         self.layers = _layers(c)
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.codec_embedding = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.text_embedding = nn.Embedding(c.text_vocab_size, c.text_hidden_size)
         self.rotary = RotaryEmbedding(c.head_dim, c.rope_theta)
         self.window = c.sliding_window
 
@@ -170,6 +170,13 @@ class TalkerModel(nn.Module):
         return self.norm(x)
 
 
+class TalkerModel(DecoderStack):
+    def __init__(self, c: TalkerConfig) -> None:
+        super().__init__(c)
+        self.codec_embedding = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.text_embedding = nn.Embedding(c.text_vocab_size, c.text_hidden_size)
+
+
 class ResizeMLP(nn.Module):
     def __init__(self, dim_in: int, hidden: int, dim_out: int) -> None:
         super().__init__()
@@ -180,21 +187,10 @@ class ResizeMLP(nn.Module):
         return self.linear_fc2(F.silu(self.linear_fc1(x)))
 
 
-class CodePredictorModel(nn.Module):
+class CodePredictorModel(DecoderStack):
     def __init__(self, c: LMConfig, groups: int, embedding_dim: int) -> None:
-        super().__init__()
-        self.layers = _layers(c)
-        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        super().__init__(c)
         self.codec_embedding = nn.ModuleList(nn.Embedding(c.vocab_size, embedding_dim) for _ in range(groups - 1))
-        self.rotary = RotaryEmbedding(c.head_dim, c.rope_theta)
-        self.window = c.sliding_window
-
-    def forward(self, x: Tensor, cache, start: int) -> Tensor:
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        rope = self.rotary(positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, rope, cache, i, self.window)
-        return self.norm(x)
 
 
 class CodePredictor(nn.Module):
