@@ -190,6 +190,8 @@ class Qwen3TTSEngine:
         if request.icl:
             prompt_tokens += request.ref_code.shape[0] + request.ref_ids.numel()
         kind = ctx.policy.get("compute.kv_cache")
+        if kind == "static":  # an opt-in that can change numerics on GPUs: named in the output
+            ctx.meta["applied"]["kv_cache"] = "static"
 
         def run():
             with torch.inference_mode():

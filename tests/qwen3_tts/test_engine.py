@@ -132,3 +132,14 @@ def test_resample_and_mel():
     assert (y[200:-200] - ref[200:-200]).abs().max() < 1e-2
     mel = log_mel(y)
     assert mel.shape == (1, 24000 // 256, 128)
+
+
+def test_static_kv_cache_is_opt_in_named_and_equal_on_cpu(root):
+    e = engine(root / "tiny-custom")
+    with e.manager.request(seed=3) as ctx:
+        ref = e.speak(ctx, "hello", tokens=toks(), speaker="vivian", language="english", **FAST)
+    assert "kv_cache" not in ctx.meta["applied"]
+    with e.manager.request(seed=3, settings={"compute.kv_cache": "static"}) as ctx:
+        out = e.speak(ctx, "hello", tokens=toks(), speaker="vivian", language="english", **FAST)
+    assert ctx.meta["applied"]["kv_cache"] == "static"
+    assert torch.equal(out, ref)
