@@ -256,7 +256,12 @@ class ModelHandle:
         return self._fixed_placed and any(f is t for f in self.layout.fixed)
 
     def _place(self, t: torch.Tensor) -> None:
-        assign(t, self.devices.place(self._host[id(t)], self.device))
+        if self.keep_host and self.streamer is not None and id(t) not in self._buffers:
+            # Kept host copies share the pin budget: reloads then copy asynchronously at link speed.
+            host = self._host_for_stream(t, self.streamer.pin_budget)
+            assign(t, self.devices.place(host, self.device, non_blocking=host.is_pinned()))
+        else:
+            assign(t, self.devices.place(self._host[id(t)], self.device))
 
     def _offload(self, t: torch.Tensor) -> None:
         if id(t) not in self._host or id(t) in self._buffers:
@@ -278,13 +283,14 @@ class ModelHandle:
         self.devices.offload(p, self._host[id(p)], self.device)
 
     def _host_for_stream(self, p: torch.Tensor, pin_budget: PinBudget | None) -> torch.Tensor:
+        """The host tensor of a weight, page-locked on CUDA while the pin budget lasts."""
         host = self._host[id(p)]
         if pin_budget is not None and self.device.type == "cuda":
             pinned = pin_budget.pin(host)
             if pinned is not host:
                 self._host[id(p)] = pinned
-                if not self.devices.strict_on(self.device):
-                    assign(p, pinned)
+                if p.device.type == "cpu":
+                    assign(p, pinned)  # an offloaded weight points at its host tensor
             host = pinned
         return host
 
