@@ -124,15 +124,21 @@ def analyse(
         names.setdefault(id(t), n)
     first = next(iter(module.parameters()), None)
 
+    candidates = _candidate_units(module, min_unit_bytes)
+    # A module reachable from two units (a shared block) would be acquired by one and read by both.
+    seen_in: dict[int, int] = {}
+    for _, unit_module in candidates:
+        for m in unit_module.modules():
+            seen_in[id(m)] = seen_in.get(id(m), 0) + 1
     units: list[Unit] = []
     streamed: set[int] = set()
-    for order, (name, unit_module) in enumerate(_candidate_units(module, min_unit_bytes)):
+    for order, (name, unit_module) in enumerate(candidates):
         if id(unit_module) in pinned or id(unit_module) in marked_fixed:
             continue
         inside = _subtree_ids([unit_module])
         params, leaves = [], []
         for leaf in unit_module.modules():
-            if id(leaf) in pinned or id(leaf) in marked_fixed or not is_streamable(leaf):
+            if id(leaf) in pinned or id(leaf) in marked_fixed or not is_streamable(leaf) or seen_in[id(leaf)] > 1:
                 continue
             own = [
                 p for p in streamable_params(leaf)

@@ -106,3 +106,35 @@ def test_torch_nn_transformer(residency):
     fixed = {handle.layout.names[id(t)] for t in handle.layout.fixed}
     assert "encoder.layers.0.self_attn.in_proj_weight" in fixed
     _check(out, ref, ctx, handle, residency)
+
+
+class SharedBlocks(torch.nn.Module):
+    """Blocks that share one projection (ALBERT-style weight sharing across units)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = torch.nn.Linear(512, 512)
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(), self.shared)
+                                          for _ in range(4))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x)
+        return x
+
+
+@pytest.mark.parametrize("residency", RESIDENCY)
+def test_weights_shared_across_units(residency):
+    torch.manual_seed(9)
+    model = SharedBlocks().eval()
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        ref = model(x)
+
+    def run(m, ctx):
+        with torch.no_grad():
+            return m(x)
+
+    out, ctx, handle, _ = run_streamed(model, run, "oneshot", residency)
+    assert "shared.weight" in {handle.layout.names[id(t)] for t in handle.layout.fixed}
+    _check(out, ref, ctx, handle, residency)

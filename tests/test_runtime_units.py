@@ -137,3 +137,12 @@ def test_weight_norm_parameters_stream_with_their_conv():
     assert "1.0.parametrizations.weight.original0" in streamed
     assert "1.0.parametrizations.weight.original1" in streamed
     assert "1.1.weight_g" in streamed and "1.1.weight_v" in streamed
+
+
+def test_a_module_shared_by_two_units_is_fixed():
+    shared = nn.Linear(512, 512)
+    m = nn.ModuleList([nn.Sequential(nn.Linear(512, 512), shared), nn.Sequential(nn.Linear(512, 512), shared)])
+    layout = analyse(m)
+    fixed = names(layout, layout.fixed)
+    assert "0.1.weight" in fixed  # named through the first unit; read by both
+    assert "1.0.weight" in streamed_names(layout)
