@@ -154,6 +154,7 @@ class DeviceService:
                 raise ValueError(f"simulate: only the CPU ('cpu' or 'cpu:N') can be simulated, got {name!r}")
         self.strict = strict
         self.transfers = Transfers()
+        self._tracking_depth: dict[str, int] = {}
         # id(parameter) -> "component.param" for strict-mode error messages
         self.names: dict[int, str] = {}
 
@@ -298,10 +299,14 @@ class DeviceService:
             yield None
             return
         result = Tracking(str(device), start=backend.memory_allocated(device))
-        backend.reset_peak_memory_stats(device)
+        outermost = self._tracking_depth.get(str(device), 0) == 0
+        if outermost:  # a nested phase keeps the outer one's peak (its own reading is then an upper bound)
+            backend.reset_peak_memory_stats(device)
+        self._tracking_depth[str(device)] = self._tracking_depth.get(str(device), 0) + 1
         try:
             yield result
         finally:
+            self._tracking_depth[str(device)] -= 1
             result.peak_bytes = backend.max_memory_allocated(device) - result.start
             result.end = backend.memory_allocated(device)
 

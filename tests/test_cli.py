@@ -44,7 +44,7 @@ def test_speak_writes_a_plausible_wav(tmp_path):
 
 
 def test_speak_on_a_simulated_gpu_streams_and_reports(tmp_path):
-    r = run("speak", "Streaming keeps every sample.", "-o", str(tmp_path / "a.wav"), "--simulate-vram-mb", "32")
+    r = run("speak", "Streaming keeps every sample.", "-o", str(tmp_path / "a.wav"), "--simulate-vram-mb", "24")
     assert r.returncode == 0, r.stderr
     assert '"reason": "budget"' in r.stdout
 
