@@ -6,7 +6,7 @@ Measures, side by side in one run, each arm in its own subprocess (fresh CUDA co
 from `torch.cuda.max_memory_allocated`):
 1. the host->device link: a 1 GiB buffer copied pageable, after a `pin_memory()` copy, and registered
    in place with `cudaHostRegister` (as runtime/pinning.py does); the best of the three is "the link";
-2. the two bench models (bench/models.py) at their real sizes in bf16 -- the Qwen3-TTS 0.6B talker
+2. the two bench models (bench/mizuoto_bench_models.py) at their real sizes in bf16 -- the Qwen3-TTS 0.6B talker
    (greedy decoding, one forward per token) and the F5-TTS base DiT (Euler steps, CFG batch 2) --
    run resident (`model.to(device)`, no runtime), then through our runtime on the real device
    (`DeviceService()`, `ModelManager`): 100 % resident, 50 % (`compute.vram_limit_mb`) and 0 %
@@ -62,23 +62,7 @@ def _import_runtime() -> None:
     sys.modules["mizuoto"] = package
 
 
-def load_models():
-    """bench/models.py (the talker and the DiT), loaded by path as `mizuoto_bench_models`."""
-    name = "mizuoto_bench_models"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name("models.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while the file executes
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-    return sys.modules[name]
-
-
-_import_runtime()
-load_models()
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/mizuoto_bench_models.py, also when loaded by path
 from mizuoto.runtime import Calibration, DeviceService, ModelHandle, ModelManager, VramPolicy  # noqa: E402
 from mizuoto.runtime.loading import load_module  # noqa: E402
 from mizuoto_bench_models import (  # noqa: E402

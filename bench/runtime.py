@@ -9,7 +9,7 @@ Prints one table:
    token (sequence) or per step (oneshot) ÷ the minimum, and whether the output is bit-identical;
 3. peak host RSS of loading a bf16 checkpoint ÷ its bytes: naive, meta + to_empty, `load_module`.
 The 100 % rows repeat the resident configuration: their distance from 1.00 is the noise of the run.
-The models (a Qwen3-TTS talker, an F5-TTS DiT) are in bench/models.py, shared with bench/gpu.py.
+The models (a Qwen3-TTS talker, an F5-TTS DiT) are in bench/mizuoto_bench_models.py, shared with bench/gpu.py.
 Not a test (`tests/test_bench_runtime.py` only runs `--quick` and checks the table's rows).
 """
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import importlib.util
 import json
 import os
 import resource
@@ -38,22 +37,7 @@ from mizuoto.runtime import Calibration, DeviceService, ModelHandle, ModelManage
 from mizuoto.runtime.loading import load_module
 
 
-def load_models():
-    """bench/models.py (the talker and the DiT), loaded by path as `mizuoto_bench_models`."""
-    name = "mizuoto_bench_models"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name("models.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while the file executes
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-    return sys.modules[name]
-
-
-load_models()
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/mizuoto_bench_models.py, also when loaded by path
 from mizuoto_bench_models import (  # noqa: E402
     DIT, DIT_QUICK, F5_TTS_BASE, QWEN3_TTS_TALKER, TALKER, TALKER_QUICK, DiTDims, F5DiT, Talker, TalkerDims, flow,
     rope_inv_freq, talk,

@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import sys
 
@@ -12,3 +13,21 @@ def _isolated_dirs(tmp_path, monkeypatch):
     """Calibration and settings never leak between tests or into the user's home."""
     monkeypatch.setenv("MIZUOTO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MIZUOTO_CONFIG_DIR", str(tmp_path / "config"))
+
+
+@pytest.fixture
+def load_script():
+    """Load a script that is not in a package (bench/*.py) by path as a module, unloaded afterwards."""
+    loaded = []
+
+    def load(path, name):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the file executes
+        loaded.append(name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)

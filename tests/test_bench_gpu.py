@@ -7,7 +7,6 @@ Not a timed test: speeds and ratios are printed, never asserted.
 import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
 
 
 @pytest.fixture
-def bench():
-    name = "mizuoto_bench_gpu"
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file executes
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(name, None)
+def bench(load_script):
+    return load_script(BENCH, "mizuoto_bench_gpu")
 
 
 def test_quick_cpu_bench_every_row(bench, tmp_path, monkeypatch, capsys):

@@ -2,9 +2,7 @@
 
 Not a timed test: the ratios are printed, never asserted (they depend on the machine and its load).
 """
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,16 +12,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "runtime.py"
 
 
 @pytest.fixture
-def bench():
-    name = "mizuoto_bench_runtime"
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file executes
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(name, None)
+def bench(load_script):
+    return load_script(BENCH, "mizuoto_bench_runtime")
 
 
 def test_quick_bench_prints_every_row_exact(bench, capsys):

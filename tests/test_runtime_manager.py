@@ -8,7 +8,7 @@ import torch
 
 from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, VramPolicy
 from mizuoto.runtime.service import RuntimeService
-from toy_models import TinyDiT, TinyDecoder, sample
+from toy_models import TinyDiT, sample
 
 MB = 1 << 20
 

@@ -84,7 +84,6 @@ class HibariEngine:
             wav = ctx.run("vocode", [], lambda: self.voice.vocode(parts, generator),
                           memory=self.vocode_memory(parts["f0"].shape[-1]), generators=[generator])
             out.append(wav.cpu())
-            del parts, wav
             if progress is not None:
                 progress(i + 1, len(chunks))
         return torch.cat(out)

@@ -12,8 +12,6 @@ speaker encoder, 12 Hz codec) in bf16, then loads it in a fresh subprocess and r
 from __future__ import annotations
 
 import json
-import os
-import resource
 import subprocess
 import sys
 import tempfile

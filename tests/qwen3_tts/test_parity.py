@@ -25,7 +25,7 @@ from mizuoto.nodes.qwen3_tts.loader import load_qwen3_tts  # noqa: E402
 from mizuoto.nodes.qwen3_tts.phases import Qwen3TTSEngine  # noqa: E402
 from mizuoto.nodes.qwen3_tts.text import TextTokenizer  # noqa: E402
 from mizuoto.runtime import DeviceService, ModelManager  # noqa: E402
-from qwen3_tts.tiny import GENERATION, SPECIALS, TEXT, codec_config, model_config, randomize, write_tokenizer  # noqa: E402
+from qwen3_tts.tiny import GENERATION, TEXT, codec_config, model_config, randomize, write_tokenizer  # noqa: E402
 
 GREEDY = dict(do_sample=False, subtalker_dosample=False, max_new_tokens=14, repetition_penalty=1.05)
 TOL = 1e-4

@@ -1,7 +1,7 @@
 """The models the benchmarks run: a Qwen3-TTS talker and an F5-TTS DiT, in plain torch.
 
 Shared by `bench/runtime.py` (CPU, scaled-down shapes) and `bench/gpu.py` (a GPU, real shapes). Both
-load this file by path (`load_models()` there), so it never clashes with another module named `models`.
+import it by this unique name (each puts bench/ on sys.path), so it never clashes with another `models`.
 Everything works on any device: positions, timesteps and Euler times are made on the device of the
 model's buffers or inputs, and the talker's KV cache is a small object (not a dict), so hooks that
 copy their arguments (accelerate's `send_to_device`, used by accelerate and diffusers offloading)
