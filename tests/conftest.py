@@ -3,6 +3,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 # Shared test helpers (toy_models.py) import as plain modules under --import-mode=importlib.
 sys.path.insert(0, os.path.dirname(__file__))
@@ -31,3 +32,12 @@ def load_script():
     yield load
     for name in loaded:
         sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny matrices: one intra-op thread is several times faster than two on a loaded 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

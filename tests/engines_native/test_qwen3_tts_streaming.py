@@ -18,13 +18,7 @@ UNIT = 64 << 10          # tiny layers: every layer of the tiny config is a unit
 SAMPLING = dict(max_new_tokens=10, temperature=0.9, top_k=20, top_p=0.9, subtalker_top_k=20)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one intra-op thread is several times faster than two on a loaded 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: one thread is faster
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,7 @@ from qwen3_tts.tiny import template_ids, write_tiny_checkpoint
 FAST = dict(max_new_tokens=6)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: one thread is faster
 
 
 @pytest.fixture(scope="module")

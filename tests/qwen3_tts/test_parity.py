@@ -29,12 +29,7 @@ from qwen3_tts.tiny import GENERATION, TEXT, codec_config, model_config, randomi
 
 GREEDY = dict(do_sample=False, subtalker_dosample=False, max_new_tokens=14, repetition_penalty=1.05)
 TOL = 1e-4
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny matrices: one thread is faster
 
 
 def write_upstream(folder: Path, kind: str, seed: int) -> Path:
