@@ -123,6 +123,15 @@ class RequestContext:
                 return fallback_fn()
         raise torch.OutOfMemoryError(f"{name}: out of memory after {attempt} retries: {failure}")
 
+    def call(self, engine: Any, task: Any, fn: Callable[[], Any]) -> Any:
+        """An engine's whole call. PHASED engines place their components phase by phase inside `fn`;
+        the others get every handle (`engine.handles`) for the whole call, with working memory
+        `engine.memory_required(task)`."""
+        if getattr(engine, "PHASED", False):
+            return fn()
+        with self.use(engine.handles, engine.memory_required(task), name="call"):
+            return fn()
+
     # ---- reporting -----------------------------------------------------------------------------
     def _measured(self, name: str | None, handles: list[ModelHandle], memory: int, trackers: list) -> None:
         """Calibration: working memory = peak above placed weights - streamer copies - what stays."""

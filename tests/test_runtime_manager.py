@@ -335,3 +335,28 @@ def test_release_device_and_release_after_oom_unload_idle_components_only():
     service.release_after_oom()
     assert a.loaded_bytes == b.loaded_bytes == 0 and a.cap_bytes is None
     assert devices.memory("cpu").used == 0
+
+
+def test_an_engine_without_phases_gets_every_handle_for_the_whole_call():
+    class Dummy:  # no PHASED: one placement for the call, sized by memory_required(task)
+        def __init__(self, manager):
+            self.model = dit()
+            self.handles = [add(manager, "dummy", self.model)]
+            self.asked = []
+
+        def memory_required(self, task):
+            self.asked.append(task)
+            return 2 * MB
+
+        def speak(self, x):
+            assert all(h.in_use for h in self.handles)
+            with torch.no_grad():
+                return self.model(x, torch.zeros(x.shape[0]))
+
+    _, manager = make(256 * MB)
+    engine = Dummy(manager)
+    x = torch.randn(1, 4, 32)
+    with manager.request() as ctx:
+        out = ctx.call(engine, {"rows": 1}, lambda: engine.speak(x))
+    assert engine.asked == [{"rows": 1}] and out.shape == x.shape
+    assert engine.handles[0].in_use == 0 and engine.handles[0].loaded_bytes == engine.handles[0].size_bytes

@@ -81,11 +81,11 @@ class MizuotoSpeak:
             raise ValueError(f"language: expected one of {LANGUAGES}, got {language!r}")
         runtime = get_runtime()
         try:
-            with model.manager.request(seed=seed % (1 << 63), settings=settings) as ctx:
-                wav = model.speak(ctx, text, seed=seed % (1 << 63), speed=speed, language=language,
-                                  voice=voice or None, reference=reference_from_audio(reference_audio),
-                                  reference_text=reference_text or None, instruction=instruction or None,
-                                  progress=progress_bar(unique_id))
+            task = dict(text=text, seed=seed % (1 << 63), speed=speed, language=language, voice=voice or None,
+                        reference=reference_from_audio(reference_audio), reference_text=reference_text or None,
+                        instruction=instruction or None, progress=progress_bar(unique_id))
+            with model.manager.request(seed=task["seed"], settings=settings) as ctx:
+                wav = ctx.call(model, task, lambda: model.speak(ctx, **task))
         except torch.OutOfMemoryError:
             runtime.service.release_after_oom()  # what ComfyUI does after an OOM, for our models
             raise

@@ -30,6 +30,7 @@ _loaded: dict[tuple[str, str, str], Qwen3TTSModel] = {}
 class Qwen3TTSModel:
     """What the Speak node needs: long text read sentence by sentence, seed + i for chunk i."""
 
+    PHASED = True  # the engine places its components phase by phase
     sample_rate = 24000
 
     def __init__(self, engine: Qwen3TTSEngine, name: str) -> None:
