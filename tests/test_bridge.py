@@ -139,7 +139,9 @@ def test_eviction_goes_both_ways_through_comfyui(comfy):
     assert (tts.size_bytes - tts.loaded_bytes - (0 if tts.loaded_bytes else tts.layout.fixed_bytes)) % unit == 0
     assert tts.loaded_bytes < tts.size_bytes  # our units went back, one unit at a time
     assert diffusion.loaded_size() > 0
-    rows.append(("diffusion loads", tts.loaded_bytes, diffusion.loaded_size()))
+    rows.append((f"diffusion loads (ComfyUI asked {asked / MB:.1f} MB, we freed {freed / MB:.1f} MB = "
+                 f"{(freed - (0 if tts.loaded_bytes else tts.layout.fixed_bytes)) // unit} units)",
+                 tts.loaded_bytes, diffusion.loaded_size()))
 
     diffusion_before = diffusion.loaded_size()
     out, ctx = speak(manager, tts, model)  # our phase takes memory back through ComfyUI
