@@ -168,14 +168,52 @@ def _read_into(f, info: TensorInfo, path: Path, key: str) -> torch.Tensor:
     return out
 
 
+def _place(slot: _Slot, value: torch.Tensor, dtype: torch.dtype | None) -> None:
+    declared = slot.tensor.dtype
+    final = dtype if dtype is not None and declared.is_floating_point else declared
+    if value.dtype != final:
+        # Through the declared dtype first, exactly as load_state_dict then .to(dtype) rounds.
+        value = value.to(declared).to(final)
+    new = nn.Parameter(value, requires_grad=slot.tensor.requires_grad) if slot.is_param else value
+    for owner, attr, _ in slot.places:
+        setattr(owner, attr, new)  # through __setattr__: modules such as nn.LSTM track their weights
+
+
 def _describe(keys: list[str], limit: int = 8) -> str:
     shown = ", ".join(keys[:limit])
     return f"({len(keys)}) {shown}" + (", ..." if len(keys) > limit else "")
 
 
+def _headers(path: Path) -> dict[str, tuple[TensorInfo, Path]]:
+    """Tensor infos and the file holding each: one safetensors file, or a sharded checkpoint's
+    `*.safetensors.index.json` (`{"weight_map": {key: shard file}}`)."""
+    if not path.name.endswith(".index.json"):
+        return {key: (info, path) for key, info in read_safetensors_header(path).items()}
+    try:
+        weight_map = json.loads(path.read_text(encoding="utf-8"))["weight_map"]
+        shards = {f: path.parent / f for f in set(weight_map.values())}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path}: not a sharded-checkpoint index (expected a weight_map): {e}") from None
+    headers = {f: read_safetensors_header(shard) for f, shard in shards.items()}
+    out = {}
+    for key, f in weight_map.items():
+        if key not in headers[f]:
+            raise CheckpointError(f"{path}: {key!r} is listed in {f}, which does not hold it")
+        out[key] = (headers[f][key], shards[f])
+    return out
+
+
+def checkpoint_path(folder: str | os.PathLike, stem: str = "model") -> Path:
+    """`<stem>.safetensors` in `folder`, or its sharded index `<stem>.safetensors.index.json`."""
+    single = Path(folder) / f"{stem}.safetensors"
+    index = Path(folder) / f"{stem}.safetensors.index.json"
+    return index if not single.exists() and index.exists() else single
+
+
 def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
                 dtype: torch.dtype | None = None) -> nn.Module:
-    """Build `factory()` without allocating its parameters, then load the safetensors file at `path`.
+    """Build `factory()` without allocating its parameters, then load the safetensors file at `path`
+    (or the shards a `*.safetensors.index.json` names).
 
     Floating-point parameters and buffers end in `dtype` (None: the dtypes the factory declares);
     the result equals `m = factory(); m.load_state_dict(file); m.to(dtype)` bit for bit, with one
@@ -185,7 +223,8 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     file that is not safetensors, is truncated, or does not match the module.
     """
     path = Path(path)
-    infos = read_safetensors_header(path)
+    located = _headers(path)
+    infos = {key: info for key, (info, _) in located.items()}
     with _parameters_on_meta():
         module = factory()
     if not isinstance(module, nn.Module):
@@ -219,17 +258,10 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
             problems.append(f"shape mismatch {_describe(mismatched)}")
         raise CheckpointError(f"{path} does not match {type(module).__name__}: " + "; ".join(problems))
 
-    with open(path, "rb") as f:
-        for slot, key in plan:
-            declared = slot.tensor.dtype
-            final = dtype if dtype is not None and declared.is_floating_point else declared
-            value = _read_into(f, infos[key], path, key)
-            if value.dtype != final:
-                # Through the declared dtype first, exactly as load_state_dict then .to(dtype) rounds.
-                value = value.to(declared).to(final)
-            new = nn.Parameter(value, requires_grad=slot.tensor.requires_grad) if slot.is_param else value
-            for owner, attr, _ in slot.places:
-                setattr(owner, attr, new)  # through __setattr__: modules such as nn.LSTM track their weights
+    for file in sorted({located[key][1] for _, key in plan}):
+        with open(file, "rb") as f:
+            for slot, key in (entry for entry in plan if located[entry[1]][1] == file):
+                _place(slot, _read_into(f, infos[key], file, key), dtype)
     if dtype is not None:
         module.to(dtype)  # the factory's own (non-persistent) floating buffers; loaded tensors are already there
     left = [n for n, t in list(module.named_parameters()) + list(module.named_buffers()) if t.device.type == "meta"]

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mizuoto.runtime.loading import CheckpointError, load_module, read_safetensors_header
+from mizuoto.runtime.loading import CheckpointError, checkpoint_path, load_module, read_safetensors_header
 
 
 class Net(nn.Module):
@@ -206,3 +206,31 @@ def test_lstm_and_weight_norm(tmp_path, dtype):
     with torch.no_grad():
         assert torch.equal(got(x), ref(x))
     assert all(w.device.type == "cpu" for w in got.lstm._flat_weights)
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
+    torch.manual_seed(0)
+    src = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4))
+    state = {k: v.contiguous() for k, v in src.state_dict().items()}
+    keys = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": keys[:3], "model-00002-of-00002.safetensors": keys[3:]}
+    for name, names in shards.items():
+        save_file({k: state[k] for k in names}, str(tmp_path / name))
+    index = {"metadata": {}, "weight_map": {k: name for name, names in shards.items() for k in names}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    path = checkpoint_path(tmp_path)
+    assert path.name == "model.safetensors.index.json"
+    factory = lambda: torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4))  # noqa: E731
+    loaded = load_module(factory, path, torch.bfloat16)
+    expected = factory()
+    expected.load_state_dict(state)
+    expected.to(torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), expected.state_dict().values()))
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(FileNotFoundError):
+        load_module(factory, path)
+    index["weight_map"][keys[0]] = "model-00002-of-00002.safetensors"
+    save_file({k: state[k] for k in keys[3:]}, str(tmp_path / "model-00002-of-00002.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="does not hold it"):
+        load_module(factory, path)

@@ -1,7 +1,7 @@
 """Find and load Qwen3-TTS 12 Hz checkpoints in the upstream layout, unchanged:
 
     models/TTS/qwen3_tts/<model>/
-        config.json  model.safetensors  generation_config.json (optional)
+        config.json  model.safetensors (or sharded: model.safetensors.index.json + shards)  generation_config.json (optional)
         vocab.json  merges.txt  tokenizer_config.json   (or tokenizer.json)
         speech_tokenizer/config.json  speech_tokenizer/model.safetensors
 
@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 
-from ...runtime.loading import CheckpointError, load_module
+from ...runtime.loading import CheckpointError, checkpoint_path, load_module
 from .codec import CodecConfig, SpeechTokenizer
 from .model import Qwen3TTS, Qwen3TTSConfig
 
 ENGINE = "qwen3_tts"
-REQUIRED = ("config.json", "model.safetensors", "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors")
+REQUIRED = ("config.json", "speech_tokenizer/config.json")
+WEIGHTS = ("", "speech_tokenizer")  # folders holding model.safetensors or its sharded index
 
 
 class ModelFolderError(FileNotFoundError):
@@ -42,7 +43,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def is_model_folder(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in REQUIRED)
+    return all((folder / f).is_file() for f in REQUIRED) and all(checkpoint_path(folder / w).is_file() for w in WEIGHTS)
 
 
 def find_models(root: str | Path) -> list[str]:
@@ -83,6 +84,7 @@ def load_qwen3_tts(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     if not folder.is_dir():
         raise ModelFolderError(f"Qwen3-TTS: model folder {folder} not found")
     missing = [f for f in REQUIRED if not (folder / f).is_file()]
+    missing += [str(Path(w) / "model.safetensors") for w in WEIGHTS if not checkpoint_path(folder / w).is_file()]
     if missing:
         raise ModelFolderError(f"Qwen3-TTS: {folder} is missing {', '.join(missing)} (expected the upstream layout of "
                                "a Qwen/Qwen3-TTS-12Hz-* repository)")
@@ -102,7 +104,7 @@ def load_qwen3_tts(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     generate_defaults = {}
     if (folder / "generation_config.json").is_file():
         generate_defaults = read_json(folder / "generation_config.json")
-    model = load_module(lambda: Qwen3TTS(config), folder / "model.safetensors", dtype).eval()
-    codec = load_module(lambda: SpeechTokenizer(codec_config), folder / "speech_tokenizer" / "model.safetensors",
+    model = load_module(lambda: Qwen3TTS(config), checkpoint_path(folder), dtype).eval()
+    codec = load_module(lambda: SpeechTokenizer(codec_config), checkpoint_path(folder / "speech_tokenizer"),
                         codec_dtype or dtype).eval()
     return Qwen3TTSBundle(folder, config, model, codec, generate_defaults)
