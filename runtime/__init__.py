@@ -8,9 +8,10 @@ from .handles import ModelHandle
 from .manager import ModelManager
 from .phases import Cancelled, RequestContext
 from .policy import SettingsError, VramPolicy
+from .service import RuntimeService
 from .streamer import Streamer
 
 __all__ = [
     "Calibration", "Cancelled", "DeviceService", "ModelHandle", "ModelManager", "RequestContext",
-    "SettingsError", "Streamer", "StrictDeviceError", "VramPolicy",
+    "RuntimeService", "SettingsError", "Streamer", "StrictDeviceError", "VramPolicy",
 ]
