@@ -8,7 +8,6 @@ cached as safetensors keyed by the ONNX file's sha256.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import tempfile
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from ...runtime.paths import cache_dir
+from ..common.download import sha256_of
 from .model import HibariModel
 from .onnx_reader import Graph, OnnxFormatError, read_model
 
@@ -46,19 +46,11 @@ def package_assets() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "assets"
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify_file(path: Path, expected_sha256: str) -> None:
     """Raise WeightFileError naming the file and the expected hash unless it is exactly the known file."""
     if not path.is_file():
         raise WeightFileError(f"{path} not found; reinstall {PACKAGE} (expected sha256 {expected_sha256})")
-    actual = sha256_file(path)
+    actual = sha256_of(path)
     if actual != expected_sha256:
         raise WeightFileError(f"{path} is not the file of {PACKAGE}: sha256 {actual}, expected {expected_sha256}. "
                               f"The file is corrupt or from another version; reinstall {PACKAGE}.")
