@@ -1,0 +1,133 @@
+"""The engine contract: what an engine declares, and the one method the Speak pipeline calls.
+
+An engine is a loaded checkpoint registered with a ModelManager: its components (`handles`) and
+one chunk of speech at a time inside a request context. Everything engines share (validation
+against the declaration, sentence chunks, seed + i for chunk i, progress, interrupt,
+concatenation, the AUDIO dict, meta) lives in `pipeline.py`.
+
+    class MyEngine(Engine):
+        engine_id = "my_engine"
+        capabilities = Capabilities(sample_rate=24000, languages=("en",), cloning="required",
+                                    transcript="required", speed=(0.5, 2.0))
+        PHASED = True
+
+        def speak_chunk(self, ctx, chunk):
+            prompt = chunk.cache.get("prompt") or chunk.cache.setdefault("prompt", self.prompt(ctx, chunk.reference))
+            mel = ctx.run("flow", [self.dit], lambda: ..., memory=...)
+            return ctx.run("vocoder", [self.vocoder], lambda: ..., memory=...)   # float32 [T] on the CPU
+
+Random numbers: the pipeline seeds `ctx.generator` with `chunk.seed` (seed + chunk index) before each
+chunk; engines draw from it (or from generators seeded with `chunk.seed`) so a seed gives the same
+audio however much was streamed or retried.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from ...runtime import ModelHandle, ModelManager, RequestContext
+from .text import split_sentences
+
+Need = Literal["none", "optional", "required"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do; the pipeline refuses every input outside it with a clear error."""
+
+    sample_rate: int
+    languages: tuple[str, ...] = ("auto",)      # codes of LANGUAGES (pipeline.py); "auto": the engine detects
+    voices: tuple[str, ...] = ()                # named voices; the first is the default
+    voice_required: bool = False                # a voice must be named (no default voice)
+    cloning: Need = "none"                      # reference audio: none / optional / required
+    transcript: Need = "none"                   # the reference's transcript, when a reference is given
+    instruction: bool = False                   # a free-text instruction (style, voice design)
+    speed: tuple[float, float] = (1.0, 1.0)     # speaking-rate range; (1, 1): no rate control
+    max_chunk_chars: int = 250                  # text per chunk (split at sentence boundaries)
+    reference_seconds: tuple[float, float] = (0.5, 60.0)  # accepted reference length
+    reference_rate: int | None = None           # rate the reference is resampled to before the engine sees it
+    resampler: str = "soxr_hq"                  # how (audio.resample): what the engine's upstream uses
+
+    def __post_init__(self) -> None:
+        for name in ("cloning", "transcript"):
+            if getattr(self, name) not in ("none", "optional", "required"):
+                raise ValueError(f"Capabilities.{name}: expected none, optional or required")
+        lo, hi = self.speed
+        if not 0 < lo <= 1.0 <= hi:
+            raise ValueError(f"Capabilities.speed: expected 0 < low <= 1 <= high, got {self.speed}")
+
+
+@dataclass
+class Reference:
+    """Reference audio as the engine receives it: finite mono float32 [T] in [-1, 1]-scale at `sample_rate`."""
+
+    wav: Tensor
+    sample_rate: int
+
+    @property
+    def seconds(self) -> float:
+        return self.wav.numel() / self.sample_rate
+
+
+@dataclass
+class Chunk:
+    """One chunk of one request, validated against the engine's capabilities."""
+
+    text: str
+    seed: int                                   # the request's seed + index (mod 2**63)
+    index: int = 0
+    count: int = 1
+    language: str = "auto"
+    voice: str | None = None
+    reference: Reference | None = None
+    reference_text: str | None = None
+    instruction: str | None = None
+    speed: float = 1.0
+    options: dict[str, Any] = field(default_factory=dict)    # engine-specific, declared in `Engine.options`
+    cache: dict[str, Any] = field(default_factory=dict)      # shared by the chunks of one request (voice prompts)
+    progress: Callable[[int, int], None] | None = None       # (done, total) within this chunk
+
+
+class Engine:
+    """Base of every engine. Subclasses set the class attributes and implement `speak_chunk`.
+
+    `PHASED = True`: the engine places its components itself, phase by phase (`ctx.run`/`ctx.use`).
+    `PHASED = False`: the pipeline places every handle for the whole chunk with `memory_required(chunk)`.
+    """
+
+    engine_id: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+    PHASED: ClassVar[bool] = True
+    options: ClassVar[dict[str, type]] = {}     # engine-specific options a caller may pass
+
+    def __init__(self, manager: ModelManager, handles: list[ModelHandle], device: torch.device | str = "cpu",
+                 name: str | None = None) -> None:
+        self.manager = manager
+        self.handles = list(handles)
+        self.name = name or self.engine_id
+        for h in self.handles:
+            manager.register(h, engine=self.engine_id, device=device)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.capabilities.sample_rate
+
+    @property
+    def device(self) -> torch.device:
+        return self.handles[0].device
+
+    def split_text(self, text: str) -> list[str]:
+        """The chunks read one per request step (sentence boundaries within `max_chunk_chars`)."""
+        return split_sentences(text, self.capabilities.max_chunk_chars)
+
+    def memory_required(self, chunk: Chunk) -> int:
+        """Working memory of a whole chunk (only for PHASED = False)."""
+        raise NotImplementedError(f"{type(self).__name__} is not PHASED: it must estimate memory_required")
+
+    def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        """One chunk -> mono float32 waveform [T] on the CPU at `capabilities.sample_rate`."""
+        raise NotImplementedError

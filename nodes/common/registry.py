@@ -1,0 +1,92 @@
+"""The engine registry: each engine folder declares one `EngineSpec` (as `ENGINE` in its package
+`__init__.py`); the node mappings, model folders, loader nodes and the Speak node's choices come from it.
+
+    # nodes/f5_tts/__init__.py
+    ENGINE = EngineSpec(
+        engine_id="f5_tts", display_name="F5-TTS", loader_node="MizuotoLoadF5TTS",
+        build=build_engine,                      # (LoadRequest, ModelManager) -> Engine
+        is_model_folder=is_model_folder,         # a complete local model folder?
+        models={"F5TTS_v1_Base": (Download("SWivid/F5-TTS", ("F5TTS_v1_Base/model_1250000.safetensors", ...)),
+                                  Download("charactr/vocos-mel-24khz", into="vocos"))},
+        precisions=("fp32", "bf16", "fp16"), license="weights CC-BY-NC-4.0")
+
+Discovery imports every subpackage of `nodes/` and collects its `ENGINE`: adding an engine is adding
+a folder. Node ids and input names never change once shipped (saved workflows).
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ...runtime import ModelManager
+    from .engine import Engine
+
+PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Download:
+    """Files of one hub repository that belong to a model folder.
+
+    `include`: glob patterns of repository paths (default every file); `strip`: a folder prefix removed
+    from the paths (the files of `F5TTS_v1_Base/` land at the model folder's top); `into`: a subfolder
+    of the model folder; `sha256`: pinned hashes of repository paths, checked in addition to the hub's.
+    """
+
+    repo: str
+    include: tuple[str, ...] = ("*",)
+    strip: str = ""
+    into: str = ""
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    def wants(self, name: str) -> bool:
+        return not name.startswith(".") and any(fnmatch.fnmatchcase(name, p) for p in self.include)
+
+    def destination(self, name: str) -> str:
+        """The path of repository file `name` inside the model folder."""
+        if self.strip and name.startswith(self.strip.rstrip("/") + "/"):
+            name = name[len(self.strip.rstrip("/")) + 1:]
+        return f"{self.into.strip('/')}/{name}" if self.into else name
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What a loader node asks for: the model folder (None for engines without files), dtype, device."""
+
+    model: str
+    folder: Path | None
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    engine_id: str                                      # also the folder under models/TTS
+    display_name: str                                   # "Qwen3-TTS"
+    loader_node: str                                    # node id, never renamed: "MizuotoLoadQwen3TTS"
+    build: Callable[[LoadRequest, ModelManager], Engine]
+    is_model_folder: Callable[[Path], bool] | None = None   # None: the engine has no model folder (embedded)
+    models: dict[str, tuple[Download, ...]] = field(default_factory=dict)   # known upstream models
+    precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")  # first is the loader's default
+    loader_display: str = ""                            # "Load Qwen3-TTS" by default
+    description: str = ""                               # the loader's tooltip: what it loads, licence
+    license: str = ""                                   # of the weights, shown in the tooltip and README
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.precisions if p not in PRECISIONS]
+        if unknown:
+            raise ValueError(f"{self.engine_id}: unknown precisions {unknown}; expected some of {list(PRECISIONS)}")
+
+    @property
+    def embedded(self) -> bool:
+        return self.is_model_folder is None
+
+    @property
+    def loader_title(self) -> str:
+        return self.loader_display or f"Load {self.display_name}"
