@@ -88,6 +88,18 @@ def check_seed(seed: object) -> int:
     return int(seed)
 
 
+def _check_unicode(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: expected a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name}: character {e.start} ({value[e.start]!r}) is not valid Unicode text (a lone "
+                         "surrogate); expected text that can be encoded as UTF-8") from None
+
+
 def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type]) -> None:
     """Every input against the engine's declaration; the first problem is a ValueError naming the input."""
     if not isinstance(req.text, str):
@@ -96,6 +108,11 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type
         raise ValueError("text: empty or only whitespace; expected something to read")
     if len(req.text) > MAX_TEXT:
         raise ValueError(f"text: {len(req.text)} characters; expected at most {MAX_TEXT} characters")
+    for name in ("text", "reference_text", "instruction", "voice", "language"):
+        _check_unicode(name, getattr(req, name))
+    if req.settings is not None and not isinstance(req.settings, dict):
+        raise ValueError(f"settings: expected the output of a Runtime Settings node (compute.* settings), got "
+                         f"{type(req.settings).__name__}")
     check_seed(req.seed)
     if req.language not in caps.languages:
         raise ValueError(f"language: this model speaks {', '.join(caps.languages)}; got {req.language!r}")
