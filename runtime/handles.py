@@ -85,6 +85,8 @@ class ModelHandle:
             return
         self._buffers = {id(b) for b in self.module.buffers()}
         for t in self._all_tensors():
+            if t.requires_grad:  # autocast caches casts of grad-requiring leaves: a copy of every streamed unit
+                t.requires_grad_(False)
             host = t.data if t.device.type == "cpu" else devices.to_host(t)
             self._host[id(t)] = host
             devices.offload(t, host, self.device)
