@@ -225,6 +225,8 @@ class ModelHandle:
             return 0
         dropped = self.host_bytes
         self._host.clear()
+        if self.streamer is not None and self.streamer.pin_budget is not None:
+            self.streamer.pin_budget.release_cache()  # pinned copies stay locked in torch's host cache
         return dropped
 
     def replace(self, source: nn.Module | Mapping[str, torch.Tensor]) -> None:

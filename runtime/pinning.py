@@ -106,8 +106,6 @@ class PinBudget:
         """Return `t` page-locked (in place when possible), or `t` itself when over budget or not CUDA."""
         if not torch.cuda.is_available() or t.device.type != "cpu" or t.is_pinned() or t.numel() == 0:
             return t
-        if self.cached:
-            self.release_cache()
         storage = t.untyped_storage()
         if self.register_available and torch.version.hip is None and _whole_storage(t) \
                 and storage.nbytes() >= REGISTER_MIN_BYTES:

@@ -86,6 +86,17 @@ def test_forget_purges_the_learned_order_while_the_handle_lives(one_thread):
     assert h not in streamer._next and h not in streamer._last and h not in streamer._cache
 
 
+def test_ram_relief_releases_the_pinned_host_cache(monkeypatch):
+    """Dropped host copies that were pinned copies stay page-locked in torch's host cache until it is
+    emptied: RAM relief empties it."""
+    manager = sim_manager(256 * MB, {"compute.vram_mode": "normal", "compute.host_copies": "on"}, prefetch=False)
+    h = manager.register(ModelHandle(TinyDiT(depth=2), "dit"), engine="test", device="cpu")
+    h.load()
+    released = []
+    monkeypatch.setattr(h.streamer.pin_budget, "release_cache", lambda: released.append(1) or 0)
+    assert h.drop_host_copies() > 0 and released == [1]
+
+
 # ---- a speculative prefetch never fails a phase ---------------------------------------------------------
 def test_prefetch_out_of_memory_is_skipped_not_retried(one_thread):
     torch.manual_seed(0)

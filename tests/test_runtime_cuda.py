@@ -10,7 +10,7 @@ import torch
 
 from cuda_fakes import SimSideStream
 from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, VramPolicy
-from mizuoto.runtime.pinning import PinBudget, host_block_bytes
+from mizuoto.runtime.pinning import PinBudget, host_block_bytes, registered_bytes
 from toy_models import TinyDecoder, TinyDiT, TinyVocoder, generate, sample
 
 MB = 1 << 20
@@ -113,10 +113,11 @@ def test_unload_with_host_copies_frees_the_device(kind):
     assert allocated(manager, h.device) - before < MB
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_device_name_is_normalised_on_cuda():
-    """`cuda` is registered as `cuda:<index>`: one streamer, one calibration and one budget key."""
-    if not torch.cuda.is_available():
-        pytest.skip("the CPU twin is tests/test_cuda_path_cpu.py::test_device_names_are_normalised")
+    """`cuda` is registered as `cuda:<index>`: one streamer, one calibration and one budget key.
+    (CPU twin: tests/test_cuda_path_cpu.py::test_device_names_are_normalised.)"""
     manager = ModelManager(DeviceService(), VramPolicy({}))
     a = manager.register(ModelHandle(TinyDiT(depth=2), "a"), engine="t", device="cuda")
     b = manager.register(ModelHandle(TinyDiT(depth=2), "b"), engine="t", device=f"cuda:{torch.cuda.current_device()}")
@@ -170,11 +171,16 @@ def test_pinning_registers_whole_storages_and_charges_copies_by_block():
     big = torch.ones(4 * MB // 4)
     small = torch.ones(3000)  # 12000 bytes: a pinned copy from a 16 KiB host block
     pinned_big = budget.pin(big)
-    if budget.register_available:
-        assert pinned_big is big and big.is_pinned() and budget.used == 4 * MB
+    if budget.register_available:  # whole pages are charged
+        assert pinned_big is big and big.is_pinned()
+        charged = registered_bytes(big.data_ptr(), 4 * MB)
+    else:  # cudaHostRegister does not work here: a pinned copy from a 4 MiB host block
+        assert pinned_big is not big and pinned_big.is_pinned()
+        charged = host_block_bytes(4 * MB)
+    assert budget.used == charged
     pinned_small = budget.pin(small)
     assert pinned_small is not small and pinned_small.is_pinned()
-    assert budget.used - (4 * MB if budget.register_available else host_block_bytes(4 * MB)) == 16384
+    assert budget.used - charged == 16384
     torch.ones(1, device="cuda").add_(1)  # no pending CUDA error
     ref = weakref.ref(pinned_small)
     del pinned_small, pinned_big, big
