@@ -126,6 +126,30 @@ def test_prefetch_out_of_memory_is_skipped_not_retried(one_thread):
     assert h.streamer.side.violations == []
 
 
+def test_unused_prefetch_is_waited_for_before_it_is_dropped(one_thread):
+    """A prefetched copy whose unit does not run next (the order changed) is trimmed unused: the compute
+    stream must wait on its copy first, or its block could be reused while the copy is in flight."""
+    manager = sim_manager(256 * MB)
+    model = TinyDiT(depth=4).eval()
+    h = manager.register(ModelHandle(model, "dit"), engine="test", device="cpu")
+    x = torch.randn(1, 8, 32)
+    with manager.request() as ctx:
+        ctx.run("dit", [h], lambda: sample(model, x, 2), memory=8 * MB)  # learns 0 -> 1 -> 2 -> 3 -> 0
+    side = h.streamer.side
+    copies = side.copies
+
+    def skip_block_1():
+        with torch.no_grad():
+            c = model.time(torch.zeros(1, 1))
+            y = model.proj_in(x)
+            for i in (0, 2, 3):  # block 0 prefetches block 1, which never runs
+                y = model.blocks[i](y, c)
+            return y
+    with manager.request() as ctx:
+        ctx.run("dit", [h], skip_block_1, memory=8 * MB)
+    assert side.copies > copies and side.violations == []
+
+
 def test_prefetch_error_that_is_not_an_oom_still_fails(one_thread):
     manager = sim_manager(256 * MB)
     model = TinyDiT(depth=3).eval()
