@@ -31,6 +31,9 @@ from .oom import discard_pending_error
 log = logging.getLogger("mizuoto.runtime")
 
 REGISTER_MIN_BYTES = 1 << 20
+# Registrations must not overlap: this one fails for a tensor sharing a page with another registration
+# (someone else's, or ours when the allocator put two storages side by side), not for want of support.
+CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
 PAGE_BYTES = 4096
 _CUDA_HOST_REGISTER_PORTABLE = 1
 
@@ -128,6 +131,9 @@ class PinBudget:
         err = int(torch.cuda.cudart().cudaHostRegister(ptr, storage.nbytes(), _CUDA_HOST_REGISTER_PORTABLE))
         if err != 0:
             discard_pending_error([torch.device("cuda", i) for i in sorted(self._devices)])
+            if err == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:  # this memory shares a page with a registration
+                log.debug("cudaHostRegister: memory already registered; a pinned copy instead")
+                return False
             self.register_available = False
             log.info("cudaHostRegister failed (error %d): weights are copied to pinned memory instead "
                      "from now on", err)

@@ -286,7 +286,7 @@ def test_pin_budget_leaves_comfyui_its_share(fake_cuda, monkeypatch):
 
 
 def test_failed_register_is_cleared_and_not_retried(fake_cuda, caplog):
-    fake_cuda.cudart.register_result = 712
+    fake_cuda.cudart.register_result = 801  # cudaErrorNotSupported: registration does not work here
     budget = PinBudget(1 << 30, allowance=lambda: None)
     budget.serve("cuda:0")
     a, b = torch.ones(MB), torch.ones(MB)
@@ -294,10 +294,20 @@ def test_failed_register_is_cleared_and_not_retried(fake_cuda, caplog):
         pinned_a = budget.pin(a)
     assert pinned_a is not a  # a pinned copy instead
     assert fake_cuda.cleared == [[torch.device("cuda", 0)]] and budget.register_available is False
-    assert "cudaHostRegister failed (error 712)" in caplog.text
+    assert "cudaHostRegister failed (error 801)" in caplog.text
     budget.pin(b)
     assert [c for c, _ in fake_cuda.cudart.calls] == ["register"]  # never tried again
     assert budget.used == 2 * host_block_bytes(4 * MB)
+
+
+def test_register_overlapping_another_registration_falls_back_for_that_tensor_only(fake_cuda):
+    fake_cuda.cudart.register_result = pinning.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+    budget = PinBudget(1 << 30, allowance=lambda: None)
+    a = torch.ones(MB)
+    assert budget.pin(a) is not a and fake_cuda.cleared and budget.register_available
+    fake_cuda.cudart.register_result = 0
+    b = torch.ones(MB)
+    assert budget.pin(b) is b and [c for c, _ in fake_cuda.cudart.calls] == ["register", "register"]
 
 
 def test_failed_unregister_is_reported_and_cleared(fake_cuda, caplog):
