@@ -67,7 +67,7 @@ def test_unregistered_component_is_collected(how, one_thread):
     else:
         service = RuntimeService(manager)
         service.add("dit", [h])
-        service._evict(service.models["dit"])
+        assert service.evict("dit")
     del model, h, ctx
     gc.collect()
     assert alive["n"] == 0
