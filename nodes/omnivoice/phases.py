@@ -42,7 +42,9 @@ LANGUAGES = ("auto", "en", "zh", "ja", "ko", "de", "fr", "ru", "pt", "es", "it")
 
 class CodecPart(nn.Module):
     """A view of some of the tokenizer's submodules as one component (they keep their places and
-    names in the tokenizer; the tokenizer's methods call them). `units` become the streamed units."""
+    names in the tokenizer; the tokenizer's methods call them). `units` become the streamed units;
+    the rest (HuBERT's weight-normalised positional conv, feature projection, norms, codebooks) is
+    the fixed part."""
 
     def __init__(self, parts: dict[str, nn.Module], units: list[nn.Module]) -> None:
         super().__init__()
@@ -81,8 +83,6 @@ class OmniVoiceEngine(Engine):
              "encoder_semantic": codec.encoder_semantic, "fc": codec.fc},
             [*codec.acoustic_encoder.block, *hubert.feature_extractor.conv_layers, *hubert.encoder.layers]),
             name="codec encoder", kind="oneshot", min_unit_bytes=min_unit_bytes)
-        # HuBERT's positional conv is weight-normalised (computed from g and v at each forward): fixed.
-        self.encoder.mark(hubert.encoder.pos_conv_embed, "fixed")
         self.quantizer = ModelHandle(CodecPart({"quantizer": codec.quantizer}, []), name="codec quantizer",
                                      kind="oneshot", min_unit_bytes=min_unit_bytes)
         self.decoder = ModelHandle(CodecPart({"fc2": codec.fc2, "acoustic_decoder": codec.acoustic_decoder},

@@ -40,12 +40,12 @@ def codec_config() -> dict:
         "strides": [1, 1], "channel_ratios": [1, 1], "block_dilations": [1, 1], "target_bandwidths": [0.5, 1, 1.5, 2],
         "initializer_range": 0.02,
         "acoustic_model_config": {
-            "model_type": "dac", "encoder_hidden_size": 2, "decoder_hidden_size": 64, "hidden_size": 16,
+            "model_type": "dac", "encoder_hidden_size": 2, "decoder_hidden_size": 128, "hidden_size": 16,
             "downsampling_ratios": [8, 5, 4, 2, 3], "upsampling_ratios": [8, 5, 4, 2, 3], "codebook_dim": 8,
             "codebook_size": 1024, "n_codebooks": 9, "hop_length": 960, "sampling_rate": 16000,
         },
         "semantic_model_config": {
-            "model_type": "hubert", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "model_type": "hubert", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 2, "conv_dim": [16] * 7, "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
             "conv_stride": [5, 2, 2, 2, 2, 2, 2], "conv_bias": False, "num_conv_pos_embeddings": 16,
             "num_conv_pos_embedding_groups": 4, "layer_norm_eps": 1e-5, "feat_extract_norm": "group",
@@ -106,13 +106,13 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def write_tiny_checkpoint(folder: str | Path, seed: int = 0, dtype: torch.dtype = torch.float32,
-                          masked_spec_embed: bool = False) -> Path:
+                          masked_spec_embed: bool = False, layers: int = 2) -> Path:
     """Our classes from the tiny configs, randomised, saved as the upstream files."""
     from mizuoto.nodes.omnivoice.codec import CodecConfig, HiggsAudioTokenizer
     from mizuoto.nodes.omnivoice.model import OmniVoiceConfig, OmniVoiceLM
     folder = Path(folder)
     (folder / "audio_tokenizer").mkdir(parents=True, exist_ok=True)
-    cfg, ccfg = model_config(), codec_config()
+    cfg, ccfg = model_config(layers=layers), codec_config()
     model = OmniVoiceLM(OmniVoiceConfig.from_dict(cfg))
     codec = HiggsAudioTokenizer(CodecConfig.from_dict(ccfg), masked_spec_embed)
     randomize(model, seed)

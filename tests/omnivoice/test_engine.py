@@ -1,0 +1,165 @@
+"""OmniVoice on tiny random checkpoints in the upstream layout (written by tiny.py, no omnivoice needed):
+loader errors name the file, the modes speak, seeds repeat, options reach the sampler."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.omnivoice import ENGINE
+from mizuoto.nodes.omnivoice.generate import schedule, time_steps
+from mizuoto.nodes.omnivoice.loader import ModelFolderError, is_model_folder, load_omnivoice
+from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine
+from mizuoto.nodes.omnivoice.text import estimate_frames, resolve_instruct, text_weight
+from mizuoto.runtime import DeviceService, ModelManager
+from mizuoto.runtime.loading import CheckpointError
+
+spec = importlib.util.spec_from_file_location("omnivoice_tiny", Path(__file__).with_name("tiny.py"))
+tiny = importlib.util.module_from_spec(spec)
+sys.modules["omnivoice_tiny"] = tiny
+spec.loader.exec_module(tiny)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+FAST = {"num_step": 4}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tiny.write_tiny_checkpoint(tmp_path_factory.mktemp("omnivoice") / "tiny", seed=1, masked_spec_embed=True)
+
+
+@pytest.fixture(scope="module")
+def engine(folder):
+    return OmniVoiceEngine(ModelManager(DeviceService()), bundle=load_omnivoice(folder, torch.float32))
+
+
+def speak(engine, chunk: Chunk) -> torch.Tensor:
+    with engine.manager.request(seed=chunk.seed) as ctx:
+        return engine.speak_chunk(ctx, chunk)
+
+
+def copy_of(folder: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "copy"
+    shutil.copytree(folder, dest)
+    return dest
+
+
+def test_spec_and_folder(folder, tmp_path):
+    assert ENGINE.loader_node == "MizuotoLoadOmniVoice" and ENGINE.engine_id == OmniVoiceEngine.engine_id
+    assert ENGINE.is_model_folder(folder) and not is_model_folder(tmp_path)
+    download = ENGINE.models["OmniVoice"][0]
+    assert download.repo == "k2-fsa/OmniVoice"
+    for name in ("model.safetensors", "audio_tokenizer/model.safetensors", "tokenizer.json", "config.json"):
+        assert download.wants(name), name
+
+
+def test_missing_files_are_named(folder, tmp_path):
+    with pytest.raises(ModelFolderError, match="not found"):
+        load_omnivoice(tmp_path / "nowhere")
+    for missing in ("tokenizer.json", "audio_tokenizer/model.safetensors", "audio_tokenizer/config.json"):
+        broken = copy_of(folder, tmp_path / missing.replace("/", "_"))
+        (broken / missing).unlink()
+        with pytest.raises(ModelFolderError, match=missing.split("/")[-1]):
+            load_omnivoice(broken)
+
+
+def test_bad_config_fields_name_file_and_field(folder, tmp_path):
+    broken = copy_of(folder, tmp_path)
+    cfg = json.loads((broken / "config.json").read_text())
+    del cfg["llm_config"]["num_hidden_layers"]
+    (broken / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"config\.json.*num_hidden_layers"):
+        load_omnivoice(broken)
+    cfg["llm_config"]["num_hidden_layers"] = 2
+    cfg["audio_mask_id"] = 5000
+    (broken / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"config\.json.*audio_mask_id"):
+        load_omnivoice(broken)
+    ccfg = json.loads((broken / "audio_tokenizer" / "config.json").read_text())
+    ccfg["semantic_model_config"]["feat_extract_norm"] = "layer"
+    (broken / "audio_tokenizer" / "config.json").write_text(json.dumps(ccfg))
+    (broken / "config.json").write_text((folder / "config.json").read_text())
+    with pytest.raises(CheckpointError, match=r"audio_tokenizer/config\.json.*feat_extract_norm"):
+        load_omnivoice(broken)
+    (broken / "audio_tokenizer" / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"audio_tokenizer/config\.json is not valid JSON"):
+        load_omnivoice(broken)
+
+
+def test_wrong_shapes_and_keys_name_the_file(folder, tmp_path):
+    broken = copy_of(folder, tmp_path)
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["llm_config"]["intermediate_size"] += 8
+    (broken / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors.*shape mismatch.*mlp"):
+        load_omnivoice(broken)
+    (broken / "config.json").write_text((folder / "config.json").read_text())
+    ccfg = json.loads((broken / "audio_tokenizer" / "config.json").read_text())
+    ccfg["target_bandwidths"] = [0.5, 1]                 # 4 quantizers: the file holds 8
+    (broken / "audio_tokenizer" / "config.json").write_text(json.dumps(ccfg))
+    with pytest.raises(CheckpointError, match=r"audio_tokenizer/model\.safetensors.*unexpected keys.*quantizer"):
+        load_omnivoice(broken)
+
+
+def test_modes_speak_and_seeds_repeat(engine):
+    plain = speak(engine, Chunk("Hello there.", seed=3, language="en", options=dict(FAST)))
+    again = speak(engine, Chunk("Hello there.", seed=3, language="en", options=dict(FAST)))
+    other = speak(engine, Chunk("Hello there.", seed=4, language="en", options=dict(FAST)))
+    assert plain.dtype == torch.float32 and plain.dim() == 1 and torch.isfinite(plain).all()
+    assert torch.equal(plain, again) and not torch.equal(plain, other)
+    assert plain.abs().max() <= 0.5 + 1e-6                      # no reference: upstream's 0.5 peak
+    frames = estimate_frames("Hello there.")
+    assert plain.numel() == frames * 960 + 2 * 2400             # 0.1 s of silence on both sides
+    designed = speak(engine, Chunk("Hello there.", seed=3, instruction="female, whisper", options=dict(FAST)))
+    assert designed.numel() == plain.numel() and not torch.equal(designed, plain)
+    t = torch.arange(24000) / 24000
+    ref = Reference(0.05 * torch.sin(2 * torch.pi * 200 * t), 24000)
+    c = Chunk("Hello there.", seed=3, reference=ref, reference_text="A quiet reference", options=dict(FAST))
+    cloned = speak(engine, c)
+    codes, text, rms = c.cache["voice"]
+    assert codes.shape == (8, 25) and text == "A quiet reference." and 0 < rms < 0.1
+    assert cloned.numel() == estimate_frames("Hello there.", text, 25) * 960 + 4800
+
+
+def test_speed_and_duration(engine):
+    text = "Speak at another rate, please."
+    fast = speak(engine, Chunk(text, seed=0, speed=2.0, options=dict(FAST)))
+    assert fast.numel() == estimate_frames(text, speed=2.0) * 960 + 4800
+    fixed = speak(engine, Chunk("Any text at all.", seed=0, options={**FAST, "duration": 1.2}))
+    assert fixed.numel() == 30 * 960 + 4800
+
+
+def test_unknown_options_and_instructions_are_refused(engine):
+    with pytest.raises(ValueError, match="unknown options.*top_k"):
+        speak(engine, Chunk("Hi.", seed=0, options={"top_k": 5}))
+    with pytest.raises(ValueError, match="did you mean 'female'"):
+        speak(engine, Chunk("Hi.", seed=0, instruction="femal"))
+    with pytest.raises(ValueError, match="at most one item"):
+        resolve_instruct("male, female")
+    assert resolve_instruct("Female, Low Pitch") == "female, low pitch"
+    assert resolve_instruct("female", use_zh=True) == "女"
+
+
+def test_schedule_commits_every_token_once():
+    for frames, steps in ((1, 32), (37, 32), (250, 8), (5, 1)):
+        plan = schedule(frames, 8, steps, 0.1)
+        assert len(plan) == steps and sum(plan) == frames * 8 and min(plan) >= 0
+    t = time_steps(32, 0.1)
+    assert t[0] == 0.0 and t[-1] == pytest.approx(1.0) and all(a < b for a, b in zip(t, t[1:]))
+
+
+def test_duration_estimate_rules():
+    ref = text_weight("Nice to meet you.")                     # upstream's default rate: this in 25 frames
+    assert ref == 13 + 3 * 0.2 + 0.5
+    assert estimate_frames("Nice to meet you.") == int(50 * (25 / 50) ** (1 / 3))   # short texts are boosted
+    long = "word " * 200
+    assert estimate_frames(long) == int(text_weight(long) / (ref / 25))
+    assert estimate_frames(long, speed=2.0) == int(text_weight(long) / (ref / 25) / 2.0)
+    assert estimate_frames(long, "Ten frames.", 10) == int(text_weight(long) / (text_weight("Ten frames.") / 10))
+    assert text_weight("你好") == 6.0 and text_weight("ab 1,") == 2 + 0.2 + 3.5 + 0.5
