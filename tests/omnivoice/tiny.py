@@ -106,13 +106,13 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def write_tiny_checkpoint(folder: str | Path, seed: int = 0, dtype: torch.dtype = torch.float32,
-                          masked_spec_embed: bool = False, layers: int = 2) -> Path:
+                          masked_spec_embed: bool = False, layers: int = 2, hidden: int = 64) -> Path:
     """Our classes from the tiny configs, randomised, saved as the upstream files."""
     from mizuoto.nodes.omnivoice.codec import CodecConfig, HiggsAudioTokenizer
     from mizuoto.nodes.omnivoice.model import OmniVoiceConfig, OmniVoiceLM
     folder = Path(folder)
     (folder / "audio_tokenizer").mkdir(parents=True, exist_ok=True)
-    cfg, ccfg = model_config(layers=layers), codec_config()
+    cfg, ccfg = model_config(hidden, layers), codec_config()
     model = OmniVoiceLM(OmniVoiceConfig.from_dict(cfg))
     codec = HiggsAudioTokenizer(CodecConfig.from_dict(ccfg), masked_spec_embed)
     randomize(model, seed)
