@@ -31,13 +31,14 @@ from ...runtime.units import MIN_UNIT_BYTES
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
+from .languages import LANGUAGE_IDS
 from .loader import OmniVoiceBundle
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
 SAMPLE_RATE = 24000
 MB = 1 << 20
-# Codes of the pipeline's language list that OmniVoice was trained on (its ids are ISO 639 codes).
-LANGUAGES = ("auto", "en", "zh", "ja", "ko", "de", "fr", "ru", "pt", "es", "it")
+# "auto" (no language token: upstream's language-agnostic mode) and every id OmniVoice was trained with.
+LANGUAGES = ("auto", *sorted(LANGUAGE_IDS))
 
 
 class CodecPart(nn.Module):

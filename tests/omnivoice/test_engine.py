@@ -135,6 +135,15 @@ def test_speed_and_duration(engine):
     assert fixed.numel() == 30 * 960 + 4800
 
 
+def test_languages_are_upstream_ids(engine):
+    langs = OmniVoiceEngine.capabilities.languages
+    assert langs[0] == "auto" and len(langs) == 647 and {"en", "zh", "ja", "yo", "zu", "sah", "kbt"} <= set(langs)
+    style = engine.make_prompt(Chunk("Hi.", seed=0, language="yo"), None, True)
+    assert engine.bundle.tokenizer.tok.decode(style.ids[0, :12].tolist(), skip_special_tokens=False).startswith("<|lang_start|>yo<|lang_end|>")
+    auto = engine.make_prompt(Chunk("Hi.", seed=0), None, True)
+    assert "<|lang_start|>None<|lang_end|>" in engine.bundle.tokenizer.tok.decode(auto.ids[0].tolist()[:20], skip_special_tokens=False)
+
+
 def test_unknown_options_and_instructions_are_refused(engine):
     with pytest.raises(ValueError, match="unknown options.*top_k"):
         speak(engine, Chunk("Hi.", seed=0, options={"top_k": 5}))
