@@ -39,13 +39,13 @@ def step_times(folder: Path, residency: str, text: str, steps: int) -> tuple[lis
     from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine
     from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
     from runtime_helpers import residency_capacity
-    probe = OmniVoiceEngine(ModelManager(DeviceService()), bundle=load_omnivoice(folder, torch.float32))
+    probe = OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
     prompt = probe.make_prompt(Chunk(text, seed=0, language="en"), None, True)
     working = probe.generate_memory(prompt.length, prompt.frames)
     mode, capacity = residency_capacity(probe.backbone, residency, working=working)
-    engine = OmniVoiceEngine(ModelManager(DeviceService(simulate={"cpu": capacity}, strict=True),
-                                          VramPolicy({"compute.vram_mode": mode})),
-                             bundle=load_omnivoice(folder, torch.float32))
+    engine = OmniVoiceEngine(load_omnivoice(folder, torch.float32),
+                             ModelManager(DeviceService(simulate={"cpu": capacity}, strict=True),
+                                          VramPolicy({"compute.vram_mode": mode})))
     stamps: list[float] = []
     sampling = Sampling(num_step=steps)
     with engine.manager.request(seed=0) as ctx:

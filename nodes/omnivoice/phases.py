@@ -1,6 +1,6 @@
 """OmniVoice on the runtime: four components, three phases per chunk.
 
-    engine = OmniVoiceEngine(manager, [], bundle=load_omnivoice(folder), device="cuda")
+    engine = OmniVoiceEngine(load_omnivoice(folder), manager, device="cuda")
     with manager.request(seed=0) as ctx:
         wav = engine.speak_chunk(ctx, Chunk("Hello.", seed=0, language="en"))                    # auto voice
         wav = engine.speak_chunk(ctx, Chunk("Hello.", seed=0, instruction="female, low pitch"))  # voice design
@@ -20,7 +20,7 @@ frames for "decode". The Gumbel noise comes from a generator seeded with the chu
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -30,9 +30,10 @@ from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.units import MIN_UNIT_BYTES
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
+from ..common.registry import LoadRequest
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
 from .languages import LANGUAGE_IDS
-from .loader import OmniVoiceBundle
+from .loader import OmniVoiceBundle, load_omnivoice
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
 SAMPLE_RATE = 24000
@@ -69,9 +70,8 @@ class OmniVoiceEngine(Engine):
                                           "layer_penalty_factor": float, "position_temperature": float,
                                           "class_temperature": float, "denoise": bool, "duration": float}
 
-    def __init__(self, manager: ModelManager, handles: list[ModelHandle] | None = None,
-                 device: torch.device | str = "cpu", name: str | None = None, *, bundle: OmniVoiceBundle,
-                 min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
+    def __init__(self, bundle: OmniVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
+                 name: str | None = None, min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
         self.bundle = bundle
         model, codec = bundle.model, bundle.codec
         # 151k text rows, read once per chunk: they stay on the CPU and only the looked-up rows move.
@@ -195,7 +195,7 @@ class OmniVoiceEngine(Engine):
             chunk.cache["voice"] = (codes, add_punctuation(chunk.reference_text or ""), rms)
         return chunk.cache["voice"]
 
-    def make_prompt(self, chunk: Chunk, voice: tuple[Tensor, str, float] | None, denoise: bool) -> Prompt:
+    def make_prompt(self, chunk: Chunk, voice: tuple[Tensor, str, float | None] | None, denoise: bool) -> Prompt:
         tok = self.bundle.tokenizer
         ref_codes, ref_text = (voice[0], voice[1]) if voice is not None else (None, None)
         instruct = resolve_instruct(chunk.instruction, use_zh=bool(CJK.search(chunk.text)))
@@ -214,8 +214,14 @@ class OmniVoiceEngine(Engine):
         options = {k: v for k, v in chunk.options.items() if k != "duration"}
         sampling = Sampling.merged(**options)
         voice = self.voice_prompt(ctx, chunk)
+        if voice is None and chunk.index > 0:
+            # Without a reference, later chunks clone the first chunk's voice, as upstream's long-text
+            # generation does (its codes and text as the reference; loudness still by peak).
+            voice = chunk.cache.get("first")
         prompt = self.make_prompt(chunk, voice, sampling.denoise)
         codes = self.generate(ctx, prompt, sampling, chunk.seed, chunk.progress, on_step)
+        if chunk.reference is None and chunk.index == 0 and chunk.count > 1:
+            chunk.cache["first"] = (codes, chunk.text, None)
         wav = self.decode(ctx, codes)
         return postprocess(wav, voice[2] if voice is not None else None)
 
@@ -240,7 +246,6 @@ def postprocess(wav: Tensor, ref_rms: float | None, pad: float = 0.1, fade: floa
     return torch.cat([silence, wav, silence])
 
 
-def build_engine(request: Any, manager: ModelManager) -> OmniVoiceEngine:
-    from .loader import load_omnivoice
-    return OmniVoiceEngine(manager, device=request.device,
-                           bundle=load_omnivoice(request.folder, request.dtype))
+def build_engine(request: LoadRequest, manager: ModelManager) -> OmniVoiceEngine:
+    """The registry's factory: the model folder in the loader's precision (the codec stays float32)."""
+    return OmniVoiceEngine(load_omnivoice(request.folder, request.dtype), manager, device=request.device)

@@ -49,7 +49,7 @@ def plain(folder):
     from mizuoto.nodes.common.audio import resample
     torch.set_num_threads(1)
     b = load_omnivoice(folder, torch.float32)
-    probe = OmniVoiceEngine(ModelManager(DeviceService()), bundle=b)
+    probe = OmniVoiceEngine(b, ModelManager(DeviceService()))
     c = chunk()
     wav = c.reference.wav
     wav = wav[:wav.numel() - wav.numel() % 960]
@@ -69,7 +69,7 @@ def plain(folder):
 def _engine(folder, capacity=None, mode="normal"):
     devices = DeviceService(simulate={"cpu": capacity or (1 << 30)}, strict=capacity is not None)
     manager = ModelManager(devices, VramPolicy({"compute.vram_mode": mode}))
-    return OmniVoiceEngine(manager, bundle=load_omnivoice(folder, torch.float32), min_unit_bytes=UNIT)
+    return OmniVoiceEngine(load_omnivoice(folder, torch.float32), manager, min_unit_bytes=UNIT)
 
 
 @pytest.mark.parametrize("residency", ["none", "half", "full"])

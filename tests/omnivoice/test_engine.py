@@ -36,7 +36,7 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(folder):
-    return OmniVoiceEngine(ModelManager(DeviceService()), bundle=load_omnivoice(folder, torch.float32))
+    return OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
 
 
 def speak(engine, chunk: Chunk) -> torch.Tensor:
@@ -125,6 +125,24 @@ def test_modes_speak_and_seeds_repeat(engine):
     codes, text, rms = c.cache["voice"]
     assert codes.shape == (8, 25) and text == "A quiet reference." and 0 < rms < 0.1
     assert cloned.numel() == estimate_frames("Hello there.", text, 25) * 960 + 4800
+
+
+def test_later_chunks_clone_the_first_chunks_voice(engine):
+    """Without a reference, chunk i > 0 takes chunk 0's codes and text as its reference (upstream's
+    long-text generation); with one, every chunk uses the reference."""
+    cache: dict = {}
+    first = Chunk("The first sentence.", seed=0, index=0, count=2, options=dict(FAST), cache=cache)
+    speak(engine, first)
+    codes, text, rms = cache["first"]
+    assert text == "The first sentence." and rms is None and codes.shape == (8, estimate_frames(text))
+    second = Chunk("And the second one.", seed=1, index=1, count=2, options=dict(FAST), cache=cache)
+    prompt = engine.make_prompt(second, cache["first"], True)
+    assert torch.equal(prompt.ids[:, -prompt.frames - codes.shape[1]:-prompt.frames], codes)
+    assert prompt.frames == estimate_frames("And the second one.", text, codes.shape[1])
+    wav = speak(engine, second)
+    assert wav.numel() == prompt.frames * 960 + 4800 and wav.abs().max() <= 0.5 + 1e-6
+    alone = speak(engine, Chunk("And the second one.", seed=1, options=dict(FAST)))
+    assert alone.numel() != wav.numel() or not torch.equal(alone, wav)
 
 
 def test_speed_and_duration(engine):

@@ -72,7 +72,7 @@ def upstream(folder):
 
 @pytest.fixture(scope="module")
 def ours(folder):
-    return OmniVoiceEngine(ModelManager(DeviceService()), bundle=load_omnivoice(folder, torch.float32))
+    return OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
 
 
 def reference_audio(sr: int = 24000, seconds: float = 1.3, gain: float = 0.3) -> np.ndarray:
