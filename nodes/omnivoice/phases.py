@@ -30,10 +30,9 @@ from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.units import MIN_UNIT_BYTES
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
-from ..common.registry import LoadRequest
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
 from .languages import LANGUAGE_IDS
-from .loader import OmniVoiceBundle, load_omnivoice
+from .loader import OmniVoiceBundle
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
 SAMPLE_RATE = 24000
@@ -244,8 +243,3 @@ def postprocess(wav: Tensor, ref_rms: float | None, pad: float = 0.1, fade: floa
         wav[-k:] *= torch.from_numpy(np.linspace(1, 0, k, dtype=np.float32))
     silence = torch.zeros(int(pad * SAMPLE_RATE))
     return torch.cat([silence, wav, silence])
-
-
-def build_engine(request: LoadRequest, manager: ModelManager) -> OmniVoiceEngine:
-    """The registry's factory: the model folder in the loader's precision (the codec stays float32)."""
-    return OmniVoiceEngine(load_omnivoice(request.folder, request.dtype), manager, device=request.device)

@@ -51,7 +51,10 @@ def copy_of(folder: Path, tmp_path: Path) -> Path:
 
 
 def test_spec_and_folder(folder, tmp_path):
+    from mizuoto.nodes import NODE_CLASS_MAPPINGS
     assert ENGINE.loader_node == "MizuotoLoadOmniVoice" and ENGINE.engine_id == OmniVoiceEngine.engine_id
+    assert "MizuotoLoadOmniVoice" in NODE_CLASS_MAPPINGS
+    assert ENGINE.languages == OmniVoiceEngine.capabilities.languages
     assert ENGINE.is_model_folder(folder) and not is_model_folder(tmp_path)
     download = ENGINE.models["OmniVoice"][0]
     assert download.repo == "k2-fsa/OmniVoice"
@@ -143,6 +146,30 @@ def test_later_chunks_clone_the_first_chunks_voice(engine):
     assert wav.numel() == prompt.frames * 960 + 4800 and wav.abs().max() <= 0.5 + 1e-6
     alone = speak(engine, Chunk("And the second one.", seed=1, options=dict(FAST)))
     assert alone.numel() != wav.numel() or not torch.equal(alone, wav)
+
+
+def test_through_the_speak_pipeline(folder):
+    """Two chunks, a 16 kHz ComfyUI AUDIO reference and its transcript: the pipeline resamples the
+    reference to 24 kHz, encodes it once, and the chunks concatenate."""
+    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    engine = OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
+    t = torch.arange(16000) / 16000
+    audio = {"waveform": (0.2 * torch.sin(2 * torch.pi * 150 * t))[None, None], "sample_rate": 16000}
+    calls = []
+    real = engine.encode_reference
+    engine.encode_reference = lambda ctx, wav: calls.append(wav.numel()) or real(ctx, wav)
+    text = ("The first sentence is long enough to fill most of a chunk on its own, as chunks hold 150 characters. "
+            "And the second one follows it, in a chunk of its own!")
+    req = SpeakRequest(text=text, seed=9, language="en", reference=audio,
+                       reference_text="A reference", options={"num_step": 3})
+    wav, meta = synthesize(engine, req)
+    assert meta["chunks"] == 2 and meta["sample_rate"] == 24000 and calls == [24000]
+    again, _ = synthesize(engine, req)
+    assert torch.equal(wav, again)
+    with pytest.raises(ValueError, match="language"):
+        synthesize(engine, SpeakRequest(text="Hi.", language="xx"))
+    with pytest.raises(ValueError, match="reference_text"):
+        synthesize(engine, SpeakRequest(text="Hi.", reference=audio))
 
 
 def test_speed_and_duration(engine):
