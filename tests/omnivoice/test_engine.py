@@ -172,6 +172,17 @@ def test_through_the_speak_pipeline(folder):
         synthesize(engine, SpeakRequest(text="Hi.", reference=audio))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_backbone_with_a_float32_tokenizer(folder, dtype):
+    engine = OmniVoiceEngine(load_omnivoice(folder, dtype), ModelManager(DeviceService()))
+    assert engine.bundle.dtype == dtype and engine.bundle.codec.fc.weight.dtype == torch.float32
+    t = torch.arange(24000) / 24000
+    c = Chunk("Hello there.", seed=0, reference=Reference(0.2 * torch.sin(2 * torch.pi * 200 * t), 24000),
+              reference_text="A reference.", options=dict(FAST))
+    wav = speak(engine, c)
+    assert wav.dtype == torch.float32 and torch.isfinite(wav).all() and wav.abs().max() > 0
+
+
 def test_speed_and_duration(engine):
     text = "Speak at another rate, please."
     fast = speak(engine, Chunk(text, seed=0, speed=2.0, options=dict(FAST)))

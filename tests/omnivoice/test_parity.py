@@ -186,6 +186,18 @@ def test_reference_at_another_rate_and_duration(upstream, ours):
     compare(want, our_run(ours, chunk), "16 kHz reference, duration 1.5 s")
 
 
+def test_bfloat16(folder):
+    """The diffusion LM in bfloat16 (the tokenizer stays float32 on both sides): tokens after every step
+    and audio still equal."""
+    from omnivoice.models.omnivoice import OmniVoice
+    model = OmniVoice.from_pretrained(str(folder), dtype=torch.bfloat16).eval()
+    assert model.audio_tokenizer.dtype == torch.float32
+    engine = OmniVoiceEngine(load_omnivoice(folder, torch.bfloat16), ModelManager(DeviceService()))
+    text, options = "Hello world, in half precision.", {"num_step": 16, "class_temperature": 0.5}
+    want = upstream_run(model, 21, text=text, language="en", **options, **NO_SILENCE_REMOVAL)
+    compare(want, our_run(engine, Chunk(text, seed=21, language="en", options=dict(options))), "bfloat16")
+
+
 def test_text_side_matches(upstream, ours):
     from omnivoice.models.omnivoice import _combine_text, _resolve_instruct, _tokenize_with_nonverbal_tags
     from omnivoice.utils.duration import RuleDurationEstimator
