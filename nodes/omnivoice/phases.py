@@ -13,7 +13,10 @@ Phases:
 - "generate" (backbone, oneshot, marked hot): `num_step` (32) unmasking steps, each re-running the whole
   sequence twice (conditional + unconditional rows) -- no KV cache; the 151k-row text embedding table
   stays on the CPU (looked up once per chunk), so only the layers, audio embeddings and heads move;
-- "decode" (quantizer + codec decoder): codes -> 24 kHz waveform, then upstream's loudness and fade/pad.
+- "decode" (quantizer + codec decoder): codes -> 24 kHz waveform, then upstream's post-processing
+  (pauses over 0.5 s shortened, edges trimmed: nodes/omnivoice/silence.py; loudness; fades and padding).
+The reference gets upstream's preprocessing too (silences shortened and trimmed, a full stop added to its
+transcript); options `preprocess_prompt` / `postprocess_output` (default True, as upstream) turn them off.
 Working memory comes from the request: sequence length x steps' activations for "generate" (the
 attention scores of both rows, the logits of every position), reference samples for "prompt",
 frames for "decode". The Gumbel noise comes from a generator seeded with the chunk's seed.
@@ -33,6 +36,7 @@ from ..common.engine import Capabilities, Chunk, Engine
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
 from .languages import LANGUAGE_IDS
 from .loader import OmniVoiceBundle
+from .silence import remove_silence
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
 SAMPLE_RATE = 24000
@@ -67,7 +71,8 @@ class OmniVoiceEngine(Engine):
     PHASED = True
     options: ClassVar[dict[str, type]] = {"num_step": int, "guidance_scale": float, "t_shift": float,
                                           "layer_penalty_factor": float, "position_temperature": float,
-                                          "class_temperature": float, "denoise": bool, "duration": float}
+                                          "class_temperature": float, "denoise": bool, "duration": float,
+                                          "preprocess_prompt": bool, "postprocess_output": bool}
 
     def __init__(self, bundle: OmniVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
@@ -173,8 +178,10 @@ class OmniVoiceEngine(Engine):
         return ctx.run("decode", [self.quantizer, self.decoder], run, memory=self.decode_memory(codes.shape[1]))
 
     # ---- a chunk -------------------------------------------------------------------------------------------
-    def voice_prompt(self, ctx: RequestContext, chunk: Chunk) -> tuple[Tensor, str, float] | None:
-        """Reference codes, transcript and loudness for a cloning chunk, computed once per request."""
+    def voice_prompt(self, ctx: RequestContext, chunk: Chunk, preprocess: bool = True) -> tuple[Tensor, str, float] | None:
+        """Reference codes, transcript and loudness for a cloning chunk, computed once per request.
+        `preprocess`: upstream's default reference treatment (silence shortened and trimmed, 16-bit
+        samples; a full stop added to the transcript)."""
         if chunk.reference is None:
             return None
         if "voice" not in chunk.cache:
@@ -186,12 +193,18 @@ class OmniVoiceEngine(Engine):
             rms = float(np.sqrt(np.mean(x ** 2)))
             if 0 < rms < 0.1:                                         # quiet references are brought up to 0.1 RMS
                 wav = torch.from_numpy(x * 0.1 / rms)
+            text = chunk.reference_text or ""
+            if preprocess:                                            # upstream's preprocess_prompt
+                wav = remove_silence(wav, SAMPLE_RATE, mid_sil=200, lead_sil=100, trail_sil=200)
+                if wav.numel() == 0:
+                    raise ValueError("reference_audio: nothing louder than -50 dBFS is left after silence removal")
+                text = add_punctuation(text)
             hop = self.bundle.codec.config.hop_length
             wav = wav[:wav.numel() - wav.numel() % hop]
             if wav.numel() == 0:
                 raise ValueError(f"reference_audio: shorter than one codec frame ({hop} samples at {SAMPLE_RATE} Hz)")
             codes = self.encode_reference(ctx, wav)
-            chunk.cache["voice"] = (codes, add_punctuation(chunk.reference_text or ""), rms)
+            chunk.cache["voice"] = (codes, text, rms)
         return chunk.cache["voice"]
 
     def make_prompt(self, chunk: Chunk, voice: tuple[Tensor, str, float | None] | None, denoise: bool) -> Prompt:
@@ -210,9 +223,12 @@ class OmniVoiceEngine(Engine):
         return build_prompt(style, text, ref_codes, frames, self.config)
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk, on_step=None) -> Tensor:
-        options = {k: v for k, v in chunk.options.items() if k != "duration"}
+        options = dict(chunk.options)
+        options.pop("duration", None)
+        preprocess = options.pop("preprocess_prompt", True)
+        postprocess_output = options.pop("postprocess_output", True)
         sampling = Sampling.merged(**options)
-        voice = self.voice_prompt(ctx, chunk)
+        voice = self.voice_prompt(ctx, chunk, preprocess)
         if voice is None and chunk.index > 0:
             # Without a reference, later chunks clone the first chunk's voice, as upstream's long-text
             # generation does (its codes and text as the reference; loudness still by peak).
@@ -222,12 +238,14 @@ class OmniVoiceEngine(Engine):
         if chunk.reference is None and chunk.index == 0 and chunk.count > 1:
             chunk.cache["first"] = (codes, chunk.text, None)
         wav = self.decode(ctx, codes)
+        if postprocess_output:                                        # upstream's default: long pauses shortened
+            wav = remove_silence(wav, SAMPLE_RATE, mid_sil=500, lead_sil=100, trail_sil=100)
         return postprocess(wav, voice[2] if voice is not None else None)
 
 
 def postprocess(wav: Tensor, ref_rms: float | None, pad: float = 0.1, fade: float = 0.1) -> Tensor:
-    """Upstream's output treatment (without its pydub silence removal): the reference's loudness when it
-    was quiet, else a 0.5 peak; 0.1 s linear fades and 0.1 s of silence on both sides."""
+    """Upstream's loudness and edges: the reference's loudness when it was quiet, else a 0.5 peak; 0.1 s
+    linear fades and 0.1 s of silence on both sides."""
     if ref_rms is not None and ref_rms < 0.1:
         wav = wav * ref_rms / 0.1
     elif ref_rms is None:

@@ -14,6 +14,7 @@ from mizuoto.nodes.common.engine import Chunk, Reference
 from mizuoto.nodes.omnivoice.generate import Sampling, batch, unmask
 from mizuoto.nodes.omnivoice.loader import load_omnivoice
 from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine, postprocess
+from mizuoto.nodes.omnivoice.silence import remove_silence
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
 from runtime_helpers import residency_capacity
 
@@ -51,7 +52,7 @@ def plain(folder):
     b = load_omnivoice(folder, torch.float32)
     probe = OmniVoiceEngine(b, ModelManager(DeviceService()))
     c = chunk()
-    wav = c.reference.wav
+    wav = remove_silence(c.reference.wav, 24000, 200, 100, 200)
     wav = wav[:wav.numel() - wav.numel() % 960]
     with torch.inference_mode():
         codes = b.codec.encode(wav[None, None], resample(wav, 24000, 16000, "torchaudio_sinc")[None])[0]
@@ -62,8 +63,8 @@ def plain(folder):
         tokens = unmask(b.model, prompt, b.model.llm.embed_tokens(ids[:, 0]), Sampling.merged(**OPTIONS),
                         torch.Generator().manual_seed(SEED), on_step=lambda i, t: steps.append(t))
         audio = b.codec.decode(tokens[None])[0, 0]
-    rms = float(wav.pow(2).mean().sqrt())
-    return codes, steps, postprocess(audio, rms)
+    rms = float(c.reference.wav.pow(2).mean().sqrt())
+    return codes, steps, postprocess(remove_silence(audio, 24000, 500, 100, 100), rms)
 
 
 def _engine(folder, capacity=None, mode="normal"):

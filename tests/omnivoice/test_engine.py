@@ -228,3 +228,18 @@ def test_duration_estimate_rules():
     assert estimate_frames(long, speed=2.0) == int(text_weight(long) / (ref / 25) / 2.0)
     assert estimate_frames(long, "Ten frames.", 10) == int(text_weight(long) / (text_weight("Ten frames.") / 10))
     assert text_weight("你好") == 6.0 and text_weight("ab 1,") == 2 + 0.2 + 3.5 + 0.5
+
+
+def test_silence_removal_shortens_pauses_and_trims_edges():
+    from mizuoto.nodes.omnivoice.silence import remove_silence
+    sr = 24000
+    tone = lambda s: 0.3 * torch.sin(2 * torch.pi * 200 * torch.arange(int(s * sr)) / sr)  # noqa: E731
+    quiet = lambda s: torch.zeros(int(s * sr))  # noqa: E731
+    wav = torch.cat([quiet(0.8), tone(0.5), quiet(1.5), tone(0.5), quiet(0.8)])
+    out = remove_silence(wav, sr, mid_sil=500, lead_sil=100, trail_sil=100)
+    # 0.8 s edges -> 0.1 s; the 1.5 s pause -> 1.0 s (0.5 s kept after one sound and before the next)
+    assert abs(out.numel() / sr - (0.1 + 0.5 + 1.0 + 0.5 + 0.1)) < 0.02
+    assert torch.equal(out, torch.round(out * 32768) / 32768)                 # 16-bit values
+    assert remove_silence(quiet(1.0), sr).numel() == 0
+    loud = tone(1.0)
+    assert remove_silence(loud, sr).numel() == loud.numel()

@@ -140,7 +140,7 @@ def compare(upstream_result, our_result, what: str) -> None:
     print(f"{what}: {len(steps)} steps, codes {tuple(codes.shape)}, {audio.numel()} samples: equal")
 
 
-NO_SILENCE_REMOVAL = dict(postprocess_output=False, preprocess_prompt=False)   # pydub passes: not reproduced
+NO_SILENCE_REMOVAL = dict(postprocess_output=False, preprocess_prompt=False)   # upstream's pydub passes off
 
 
 @pytest.mark.parametrize("language,instruct,options", [
@@ -152,7 +152,8 @@ def test_plain_and_voice_design(upstream, ours, language, instruct, options):
     text = "Hello world, this is a tiny test." if language != "zh" else "你好 world 123"
     want = upstream_run(upstream, 11, text=text, language=language, instruct=instruct, **options,
                         **NO_SILENCE_REMOVAL)
-    chunk = Chunk(text, seed=11, language=language or "auto", instruction=instruct, options=dict(options))
+    chunk = Chunk(text, seed=11, language=language or "auto", instruction=instruct,
+                  options={**options, **NO_SILENCE_REMOVAL})
     compare(want, our_run(ours, chunk), f"language={language} instruct={instruct!r} {options}")
 
 
@@ -162,9 +163,10 @@ def test_voice_clone(upstream, ours, gain, speed):
     prompt = upstream.create_voice_clone_prompt((torch.from_numpy(wav), 24000), ref_text=ref_text,
                                                 preprocess_prompt=False)
     chunk = Chunk("Numbers 123 and 4567.", seed=3, language="en", speed=speed,
-                  reference=Reference(torch.from_numpy(wav), 24000), reference_text=ref_text)
+                  reference=Reference(torch.from_numpy(wav), 24000), reference_text=ref_text,
+                  options=dict(NO_SILENCE_REMOVAL))
     with ours.manager.request(seed=3) as ctx:
-        codes, text, rms = ours.voice_prompt(ctx, chunk)
+        codes, text, rms = ours.voice_prompt(ctx, chunk, preprocess=False)
     assert torch.equal(codes, prompt.ref_audio_tokens.cpu()), "reference codes differ"
     assert rms == prompt.ref_rms and text == prompt.ref_text
     chunk.cache.clear()
@@ -182,7 +184,7 @@ def test_reference_at_another_rate_and_duration(upstream, ours):
     want = upstream_run(upstream, 8, text="The quick brown fox.", voice_clone_prompt=prompt, duration=1.5,
                         num_step=6, **NO_SILENCE_REMOVAL)
     chunk = Chunk("The quick brown fox.", seed=8, reference=Reference(torch.from_numpy(wav), 16000),
-                  reference_text=ref_text, options={"duration": 1.5, "num_step": 6})
+                  reference_text=ref_text, options={"duration": 1.5, "num_step": 6, **NO_SILENCE_REMOVAL})
     compare(want, our_run(ours, chunk), "16 kHz reference, duration 1.5 s")
 
 
@@ -194,8 +196,54 @@ def test_bfloat16(folder):
     assert model.audio_tokenizer.dtype == torch.float32
     engine = OmniVoiceEngine(load_omnivoice(folder, torch.bfloat16), ModelManager(DeviceService()))
     text, options = "Hello world, in half precision.", {"num_step": 16, "class_temperature": 0.5}
-    want = upstream_run(model, 21, text=text, language="en", **options, **NO_SILENCE_REMOVAL)
-    compare(want, our_run(engine, Chunk(text, seed=21, language="en", options=dict(options))), "bfloat16")
+    want = upstream_run(model, 21, text=text, language="en", **options)
+    compare(want, our_run(engine, Chunk(text, seed=21, language="en", options=dict(options))),
+            "bfloat16, default pre/post-processing")
+
+
+def speech_with_pauses(sr: int = 24000, seed: int = 0) -> np.ndarray:
+    """Bursts of tone and noise with pauses of 0.1-0.9 s between them and quiet edges."""
+    rng = np.random.default_rng(seed)
+    parts = [np.zeros(int(0.4 * sr), np.float32)]
+    for _ in range(4):
+        n = int(rng.uniform(0.2, 0.6) * sr)
+        t = np.arange(n) / sr
+        parts.append((0.3 * np.sin(2 * np.pi * rng.uniform(120, 300) * t) + 0.02 * rng.standard_normal(n)).astype(np.float32))
+        parts.append((0.001 * rng.standard_normal(int(rng.uniform(0.1, 0.9) * sr))).astype(np.float32))
+    return np.concatenate(parts)
+
+
+def test_default_pre_and_post_processing(upstream, ours):
+    """Upstream's defaults: the reference's pauses shortened and edges trimmed, a full stop added to its
+    transcript, the output's long pauses shortened (pydub there, nodes/omnivoice/silence.py here)."""
+    wav, ref_text = speech_with_pauses(), "Speak slowly and clearly"
+    prompt = upstream.create_voice_clone_prompt((torch.from_numpy(wav), 24000), ref_text=ref_text)
+    chunk = Chunk("Numbers 123 and 4567.", seed=4, language="en", reference=Reference(torch.from_numpy(wav), 24000),
+                  reference_text=ref_text)
+    with ours.manager.request(seed=4) as ctx:
+        codes, text, rms = ours.voice_prompt(ctx, chunk)
+    assert torch.equal(codes, prompt.ref_audio_tokens.cpu()) and text == prompt.ref_text == ref_text + "."
+    assert codes.shape[1] < len(wav) // 960                  # the pauses were shortened
+    chunk.cache.clear()
+    want = upstream_run(upstream, 4, text=chunk.text, language="en", voice_clone_prompt=prompt)
+    compare(want, our_run(ours, chunk), "voice clone, default pre/post-processing")
+    want = upstream_run(upstream, 6, text="Plain speech.", num_step=10)
+    compare(want, our_run(ours, Chunk("Plain speech.", seed=6, options={"num_step": 10})),
+            "plain, default post-processing")
+
+
+def test_silence_removal_matches_pydub():
+    from omnivoice.utils.audio import remove_silence as upstream_remove
+    from mizuoto.nodes.omnivoice.silence import remove_silence
+    rng = np.random.default_rng(1)
+    cases = [speech_with_pauses(seed=i)[: int(rng.integers(1000, 100000))] for i in range(12)]
+    cases += [np.zeros(5000, np.float32), np.full(30000, 0.5, np.float32), np.zeros(0, np.float32),
+              (0.9 * rng.standard_normal(24011)).astype(np.float32)]       # clipping, a partial last millisecond
+    for x in cases:
+        for args in ((200, 100, 200), (500, 100, 100), (0, 100, 300)):
+            want = upstream_remove(x[None], 24000, *args)[0]
+            got = remove_silence(torch.from_numpy(x), 24000, *args).numpy()
+            assert got.shape == want.shape and np.array_equal(got, want), (len(x), args)
 
 
 def test_text_side_matches(upstream, ours):
