@@ -34,3 +34,15 @@ def test_audio_tokenizer_matches_the_published_model():
     with torch.device("meta"):                                      # the published file's extra vector
         extra = shapes(HiggsAudioTokenizer(config, masked_spec_embed=True))
     assert set(extra) - set(REAL["audio_tokenizer"]) == {"semantic_model.masked_spec_embed"}
+
+
+def test_tensor_counts_match_the_published_files():
+    """The published files' inventory, as a public intake report of k2-fsa/OmniVoice lists it: model.safetensors
+    313 tensors (llm. 310, audio_embeddings, audio_heads, codebook_layer_offsets); audio_tokenizer/
+    model.safetensors 527 (no HuBERT masked_spec_embed in this copy of the tokenizer)."""
+    from collections import Counter
+    prefix = lambda names: Counter(n.split(".")[0] for n in names)  # noqa: E731
+    assert prefix(REAL["model"]) == {"llm": 310, "audio_embeddings": 1, "audio_heads": 1, "codebook_layer_offsets": 1}
+    assert prefix(REAL["audio_tokenizer"]) == {"semantic_model": 210, "acoustic_encoder": 110, "acoustic_decoder": 110,
+                                               "quantizer": 64, "decoder_semantic": 14, "encoder_semantic": 13,
+                                               "fc1": 2, "fc2": 2, "fc": 2}
