@@ -116,9 +116,9 @@ class OmniVoiceLM(nn.Module):
 
     def forward(self, ids: Tensor, audio_mask: Tensor, text_embeds: Tensor, attention_mask: Tensor) -> Tensor:
         """ids [B, C, T], audio_mask [B, T], text_embeds [B, T, D] (embed_tokens of ids[:, 0], computed
-        once per request), attention_mask [B, 1, T, T] -> float32 logits [B, C, T, audio_vocab]."""
+        once per request), attention_mask [B, 1, T, T] -> logits [B, C, T, audio_vocab] (a view, model dtype)."""
         x = torch.where(audio_mask.unsqueeze(-1), self.audio_embeds(ids, audio_mask), text_embeds)
         h = self.llm(x, attention_mask)
         b, t, _ = h.shape
         logits = self.audio_heads(h).view(b, t, self.config.num_audio_codebook, self.config.audio_vocab_size)
-        return logits.permute(0, 2, 1, 3).float()
+        return logits.permute(0, 2, 1, 3)

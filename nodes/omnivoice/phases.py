@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
-from ...runtime.units import MIN_UNIT_BYTES
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
@@ -75,7 +74,7 @@ class OmniVoiceEngine(Engine):
                                           "preprocess_prompt": bool, "postprocess_output": bool}
 
     def __init__(self, bundle: OmniVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 name: str | None = None, min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
+                 name: str | None = None, min_unit_bytes: int | None = None) -> None:
         self.bundle = bundle
         model, codec = bundle.model, bundle.codec
         # 151k text rows, read once per chunk: they stay on the CPU and only the looked-up rows move.
@@ -102,8 +101,8 @@ class OmniVoiceEngine(Engine):
     # ---- estimates ---------------------------------------------------------------------------------------
     def generate_memory(self, length: int, frames: int) -> int:
         """One step over both rows of a `length`-position sequence: the summed audio embeddings (8 codebooks
-        looked up before the sum), a layer's activations, its attention scores, the logits of every
-        position (in the model dtype and as float32) and the guidance over the target frames."""
+        looked up before the sum), a layer's activations, its attention scores, every position's logits,
+        and the guidance over the target frames (float32 slices, log-softmaxes, their combination)."""
         c, lc = self.config, self.config.llm
         size = torch.empty((), dtype=self.bundle.dtype).element_size()
         rows, vocab = 2, c.num_audio_codebook * c.audio_vocab_size
@@ -111,7 +110,7 @@ class OmniVoiceEngine(Engine):
         layer = rows * length * (6 * lc.hidden_size + 2 * (lc.num_attention_heads + 2 * lc.num_key_value_heads)
                                  * lc.head_dim + 3 * lc.intermediate_size) * size
         scores = 2 * rows * lc.num_attention_heads * length * length * 4
-        logits = rows * length * vocab * (size + 4)
+        logits = rows * length * vocab * size
         guidance = 6 * vocab * frames * 4
         return embed + layer + scores + logits + guidance + rows * length * length + MB
 

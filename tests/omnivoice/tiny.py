@@ -129,3 +129,20 @@ def write_tiny_checkpoint(folder: str | Path, seed: int = 0, dtype: torch.dtype 
 
 PREPROCESSOR = {"feature_extractor_type": "DacFeatureExtractor", "feature_size": 1, "hop_length": 960,
                 "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True, "sampling_rate": 24000}
+
+
+def conformance_case(root: Path):
+    """Cloning (the main mode: every phase runs) on a tiny model, two chunks, a short unmasking schedule."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    # A backbone whose streamable half outweighs the codec decoder (the test sizes its half-resident
+    # device from the resident run's peak, which the generate phase reaches before the decoder loads).
+    folder = write_tiny_checkpoint(Path(root) / "tiny", seed=4, layers=8, hidden=128)
+    t = torch.arange(int(24000 * 0.8)) / 24000
+    reference = {"waveform": (0.3 * torch.sin(2 * torch.pi * 200 * t) * torch.sin(2 * torch.pi * 3 * t))[None, None],
+                 "sample_rate": 24000}
+    text = ("The first sentence is long enough to fill most of a chunk on its own, as chunks hold 150 characters. "
+            "The second one follows.")
+    return Case(folder, SpeakRequest(text, seed=9, language="en", reference=reference, reference_text="A reference.",
+                                     options={"num_step": 4}), instruction="female, whisper")
