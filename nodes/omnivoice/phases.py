@@ -23,6 +23,7 @@ frames for "decode". The Gumbel noise comes from a generator seeded with the chu
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -35,6 +36,7 @@ from ..common.engine import Capabilities, Chunk, Engine
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
 from .languages import LANGUAGE_IDS
 from .loader import OmniVoiceBundle
+from .model import OmniVoiceConfig
 from .silence import remove_silence
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
@@ -62,7 +64,7 @@ class CodecPart(nn.Module):
 
 class OmniVoiceEngine(Engine):
     engine_id = "omnivoice"
-    # 150 characters: at most ~30 s even of CJK text, the length upstream generates in one piece.
+    # 150 characters: about 30 s even of CJK text, the longest upstream generates in one piece.
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=LANGUAGES, cloning="optional",
                                 transcript="required", instruction=True, speed=(0.5, 2.0), max_chunk_chars=150,
                                 reference_seconds=(0.5, 30.0), reference_rate=SAMPLE_RATE,
@@ -95,7 +97,7 @@ class OmniVoiceEngine(Engine):
         super().__init__(manager, [self.backbone, self.encoder, self.quantizer, self.decoder], device, name)
 
     @property
-    def config(self):
+    def config(self) -> OmniVoiceConfig:
         return self.bundle.config
 
     # ---- estimates ---------------------------------------------------------------------------------------
@@ -151,7 +153,8 @@ class OmniVoiceEngine(Engine):
         return ctx.run("prompt", [self.encoder, self.quantizer], run, memory=self.prompt_memory(wav.numel()))
 
     def generate(self, ctx: RequestContext, prompt: Prompt, sampling: Sampling, seed: int,
-                 progress=None, on_step=None) -> Tensor:
+                 progress: Callable[[int, int], None] | None = None,
+                 on_step: Callable[[int, Tensor], None] | None = None) -> Tensor:
         """The "generate" phase: `num_step` unmasking steps -> codes [8, frames]."""
         model = self.bundle.model
         ids, _, _ = batch(prompt, self.config, "cpu")
@@ -221,7 +224,9 @@ class OmniVoiceEngine(Engine):
         text = tok.encode_text(wrap_text(combine_text(chunk.text, ref_text)))
         return build_prompt(style, text, ref_codes, frames, self.config)
 
-    def speak_chunk(self, ctx: RequestContext, chunk: Chunk, on_step=None) -> Tensor:
+    def speak_chunk(self, ctx: RequestContext, chunk: Chunk,
+                    on_step: Callable[[int, Tensor], None] | None = None) -> Tensor:
+        """One chunk -> mono float32 [T] at 24 kHz; `on_step(step, tokens)` sees the tokens after each step."""
         options = dict(chunk.options)
         options.pop("duration", None)
         preprocess = options.pop("preprocess_prompt", True)
