@@ -102,19 +102,21 @@ class OmniVoiceEngine(Engine):
 
     # ---- estimates ---------------------------------------------------------------------------------------
     def generate_memory(self, length: int, frames: int) -> int:
-        """One step over both rows of a `length`-position sequence: the summed audio embeddings (8 codebooks
-        looked up before the sum), a layer's activations, its attention scores, every position's logits,
-        and the guidance over the target frames (float32 slices, log-softmaxes, their combination)."""
+        """One step over both rows of a `length`-position sequence: what lives through the step (the text
+        embeddings, the hidden state, the mask) plus the largest of its stages -- the 8-codebook embedding
+        lookup before its sum, a layer (projections, MLP, attention scores where a backend forms them),
+        or the heads' logits of every position with the guidance over the target frames (float32
+        slices, log-softmaxes, their combination)."""
         c, lc = self.config, self.config.llm
         size = torch.empty((), dtype=self.bundle.dtype).element_size()
-        rows, vocab = 2, c.num_audio_codebook * c.audio_vocab_size
-        embed = rows * c.num_audio_codebook * length * lc.hidden_size * size + 3 * rows * length * lc.hidden_size * 4
-        layer = rows * length * (6 * lc.hidden_size + 2 * (lc.num_attention_heads + 2 * lc.num_key_value_heads)
-                                 * lc.head_dim + 3 * lc.intermediate_size) * size
-        scores = 2 * rows * lc.num_attention_heads * length * length * 4
-        logits = rows * length * vocab * size
-        guidance = 6 * vocab * frames * 4
-        return embed + layer + scores + logits + guidance + rows * length * length + MB
+        rows, vocab, d = 2, c.num_audio_codebook * c.audio_vocab_size, lc.hidden_size
+        live = rows * length * d * (size + 4) + rows * length * length
+        embed = rows * (c.num_audio_codebook + 1) * length * d * size
+        layer = rows * length * (2 * d + (lc.num_attention_heads + 2 * lc.num_key_value_heads) * lc.head_dim
+                                 + 2 * lc.intermediate_size) * size
+        layer += rows * lc.num_attention_heads * length * length * 4
+        head = rows * length * vocab * size + 5 * vocab * frames * 4
+        return live + max(embed, layer, head) + MB
 
     def prompt_memory(self, samples: int) -> int:
         """The reference through the widest DAC stage and HuBERT's first conv (float32 codec), a few

@@ -164,3 +164,33 @@ def test_codec_estimates_cover_measured_working_memory(folder, seconds):
         codec.decode(codes[None])
     print(f"decode {codes.shape[1]} frames: estimate {estimate / 2**20:.2f} MiB, measured {tr.peak_bytes / 2**20:.2f} MiB")
     assert tr.peak_bytes <= estimate <= 4 * tr.peak_bytes + (1 << 20)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_generate_estimate_at_the_published_widths(dtype):
+    """One backbone layer at the published widths (1024 wide, 16 / 8 heads of 128, MLP 3072, the real
+    8 x 1025 heads), a cloning-sized sequence: the estimate covers the step and stays within 2.5x."""
+    from mizuoto.nodes.omnivoice.generate import build_prompt
+    from mizuoto.nodes.omnivoice.loader import OmniVoiceBundle
+    from mizuoto.nodes.omnivoice.model import OmniVoiceConfig, OmniVoiceLM
+    cfg = tiny.model_config(hidden=1024, layers=1)
+    cfg["llm_config"].update(num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=3072)
+    config = OmniVoiceConfig.from_dict(cfg)
+    torch.manual_seed(0)
+    model = OmniVoiceLM(config).to(dtype).eval()
+    devices = DeviceService(simulate={"cpu": 1 << 34}, strict=True)
+    engine = OmniVoiceEngine(OmniVoiceBundle(Path("."), config, model, tiny_codec()), ModelManager(devices))
+    prompt = build_prompt(list(range(30)), list(range(60)), torch.randint(0, 1024, (8, 200)), 250, config)
+    estimate = engine.generate_memory(prompt.length, prompt.frames)
+    ids, _, _ = batch(prompt, config, "cpu")
+    embeds = model.llm.embed_tokens(ids[:, 0]).detach()
+    with engine.manager.request(seed=0) as ctx, ctx.use([engine.backbone], estimate), devices.tracking("cpu") as tr:
+        with torch.inference_mode():
+            unmask(model, prompt, embeds, Sampling(num_step=1), torch.Generator().manual_seed(0))
+    print(f"{dtype}: length {prompt.length}, estimate {estimate / 2**20:.1f} MiB, measured {tr.peak_bytes / 2**20:.1f} MiB")
+    assert tr.peak_bytes <= estimate <= 2.5 * tr.peak_bytes
+
+
+def tiny_codec():
+    from mizuoto.nodes.omnivoice.codec import CodecConfig, HiggsAudioTokenizer
+    return HiggsAudioTokenizer(CodecConfig.from_dict(tiny.codec_config())).eval()
