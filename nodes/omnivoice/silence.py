@@ -30,8 +30,6 @@ class Segment:
         return round(1000 * (len(self.samples) / self.rate))
 
     def frames(self, ms: float) -> int:
-        if ms < 0:
-            ms = len(self) - abs(ms)
         return int(ms * (self.rate / 1000.0))
 
     def __getitem__(self, window: slice) -> Segment:
