@@ -125,14 +125,13 @@ def speak(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    import torch
-
     from .nodes.common import folders
     from .nodes.common.pack_runtime import build_runtime
     from .nodes.common.pipeline import LoadedModel, SpeakRequest
     from .nodes.common.pipeline import speak as run
     from .nodes.common.registry import PRECISIONS, LoadRequest, discover
     from .runtime import SettingsError, VramPolicy
+    from .runtime.oom import is_oom
     from .runtime.policy import parse_setting
 
     spec = {s.engine_id: s for s in discover()}[args.engine]
@@ -198,7 +197,9 @@ def speak(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, OSError) as e:
         print(f"speak: {e}", file=sys.stderr)
         return 2
-    except torch.OutOfMemoryError as e:
+    except Exception as e:
+        if not is_oom(e):
+            raise
         print(f"speak: out of memory: {e}", file=sys.stderr)
         return 1
     rate = meta["sample_rate"]

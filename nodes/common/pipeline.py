@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ...runtime.oom import is_oom
 from .audio import check_rate, check_samples, resample, to_mono
 from .engine import Capabilities, Chunk, Engine, Reference
 
@@ -179,8 +180,9 @@ def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], 
     try:
         with model.using() as engine:
             wav, meta = synthesize(engine, req, progress, cancel)
-    except torch.OutOfMemoryError:
-        service.release_after_oom()  # what ComfyUI does after an OOM, for our models
+    except Exception as e:
+        if is_oom(e):
+            service.release_after_oom()  # what ComfyUI does after an OOM, for our models
         raise
     finally:
         service.maintain()
