@@ -126,6 +126,38 @@ def run_version(version: int, work: Path) -> None:
     print(f"v{version}: lm tokens", [out[f"lm.zero_shot.{s}"].tolist()[:12] for s in (0, 7)])
 
 
+TOKENIZER_TEXTS = ["hello world", "Hello, World! 123", "你好，世界。<|endofprompt|>hello", "[breath] well<strong>ok</strong>",
+                   "You are a helpful assistant.<|endofprompt|>[AA1][zh] tail", "  spaced\n\nlines\t", "héllo wörld"]
+
+
+def frontend(work: Path) -> None:
+    """Tokenizer ids (upstream's tokenizer classes on the tiny BPE) and the three reference features."""
+    import whisper
+    import torchaudio.compliance.kaldi as kaldi
+    from matcha.utils.audio import mel_spectrogram
+
+    from cosyvoice.tokenizer.tokenizer import CosyVoice2Tokenizer, CosyVoice3Tokenizer
+
+    folder = work / "tok"
+    folder.mkdir()
+    tiny.write_tokenizer(folder)
+    out: dict[str, object] = {}
+    for version, cls in ((2, CosyVoice2Tokenizer), (3, CosyVoice3Tokenizer)):
+        tok = cls(str(folder))
+        for i, text in enumerate(TOKENIZER_TEXTS):
+            out[f"tok.v{version}.{i}"] = torch.tensor(tok.encode(text), dtype=torch.int64)
+    g = torch.Generator().manual_seed(11)
+    wav16 = (torch.randn(1, 20800, generator=g) * 0.1).clamp(-1, 1)
+    wav24 = (torch.randn(1, 31200, generator=g) * 0.1).clamp(-1, 1)
+    out["wav16"], out["wav24"] = wav16, wav24
+    out["whisper_mel"] = whisper.log_mel_spectrogram(wav16, n_mels=128)
+    out["fbank"] = kaldi.fbank(wav16, num_mel_bins=80, dither=0, sample_frequency=16000)
+    for fmax in (8000, None):
+        out[f"matcha_mel.{fmax}"] = mel_spectrogram(wav24, n_fft=1920, num_mels=80, sampling_rate=24000, hop_size=480,
+                                                    win_size=1920, fmin=0, fmax=fmax, center=False)
+    torch.save(out, FIX / "frontend.pt")
+
+
 def main() -> None:
     repo = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/upstream-cosyvoice")
     setup_upstream(repo)
@@ -134,6 +166,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for version in (2, 3):
             run_version(version, Path(tmp))
+        frontend(Path(tmp))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
+
 from mizuoto.nodes.cosyvoice.loader import CosyVoiceBundle, load_cosyvoice
 from mizuoto.nodes.cosyvoice.ras import ras_sample
 
@@ -17,7 +19,6 @@ from cosyvoice.tiny import FIXTURES, write_folder
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["v2", "v3"])
 def loaded(request, tmp_path_factory) -> tuple[CosyVoiceBundle, dict]:
-    torch.set_num_threads(1)
     folder = write_folder(tmp_path_factory.mktemp(f"cosyvoice{request.param}"), request.param)
     expected = torch.load(FIXTURES / f"outputs_v{request.param}.pt", weights_only=True)
     return load_cosyvoice(folder, torch.float32), expected
