@@ -164,3 +164,12 @@ def hift_config(path: Path, data: dict[str, Any]) -> HiFTConfig:
         lrelu_slope=h.get("lrelu_slope", float), audio_limit=h.get("audio_limit", float),
         conv_pre_look_right=h.get("conv_pre_look_right", int, 4) if causal else 4,
         f0_cond_channels=f0.get("cond_channels", int))
+
+
+def feat_params(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """The flow prompt's mel (`feat_extractor: !name:matcha.utils.audio.mel_spectrogram`)."""
+    f = _Fields(path, data.get("feat_extractor"), "feat_extractor")
+    fmax = f.data.get("fmax")
+    return {"n_fft": f.get("n_fft", int), "num_mels": f.get("num_mels", int), "sampling_rate": f.get("sampling_rate", int),
+            "hop_size": f.get("hop_size", int), "win_size": f.get("win_size", int), "fmin": f.get("fmin", float, 0.0),
+            "fmax": None if fmax in (None, "null") else f.get("fmax", float)}

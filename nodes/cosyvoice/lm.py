@@ -136,7 +136,8 @@ class CosyVoiceLM(nn.Module):
         table = self.llm_embedding if c.version == 2 else self.speech_embedding
         sos = table(torch.tensor([[c.sos]], device=dev))
         task = table(torch.tensor([[c.task_id]], device=dev))
-        text_emb = self.decoder.embed_tokens(text)
+        table = self.decoder.embed_tokens   # read where it lives (pinned to the CPU by the engine): rows move
+        text_emb = table(text.to(table.weight.device)).to(device=dev, dtype=sos.dtype)
         parts = [sos, text_emb, task]
         if prompt_speech.shape[1]:
             parts.append(self.speech_embedding(prompt_speech))

@@ -23,7 +23,9 @@ import torch
 from torch import nn
 
 from ...runtime.loading import CheckpointError, _parameters_on_meta
-from .config import flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
+from ..common.onnx_graph import OnnxModule, OnnxRuntimeError
+from ..common.onnx_reader import OnnxFormatError, read_model
+from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
 from .flow import Flow, FlowConfig
 from .hift import HiFT, HiFTConfig
 from .lm import CosyVoiceLM, LMConfig, Qwen2Config
@@ -132,6 +134,42 @@ def qwen2_config(folder: Path) -> Qwen2Config:
         raise CheckpointError(f"CosyVoice: {path} is not a Qwen2 config: {e}") from None
 
 
+class SpeechTokenizer(nn.Module):
+    """speech_tokenizer_v2/v3.onnx run as a torch module: Whisper log-mel [1, 128, T] -> S3 tokens [1, T/4]."""
+
+    def __init__(self, graph: OnnxModule) -> None:
+        super().__init__()
+        self.graph = graph
+        convs = [graph.weights[graph._keys[n.inputs[1]]] for n in graph.nodes
+                 if n.op_type == "Conv" and n.inputs[1] in graph._keys and graph._keys[n.inputs[1]] in graph.weights]
+        self.width = int(convs[0].shape[0]) if convs else 1280
+        self.heads = max(1, self.width // 64)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        length = torch.tensor([mel.shape[2]], dtype=torch.int32, device=mel.device)
+        return self.graph(mel.float(), length)[0].long()
+
+
+class CampPlus(nn.Module):
+    """campplus.onnx run as a torch module: mean-normalised Kaldi fbank [1, T, 80] -> x-vector [1, 192]."""
+
+    def __init__(self, graph: OnnxModule) -> None:
+        super().__init__()
+        self.graph = graph
+
+    def forward(self, fbank: torch.Tensor) -> torch.Tensor:
+        return self.graph(fbank.float())[0]
+
+
+def read_onnx(path: Path) -> OnnxModule:
+    if not path.is_file():
+        raise ModelFolderError(f"CosyVoice: {path} not found")
+    try:
+        return OnnxModule(read_model(path), what=str(path)).eval()
+    except (OnnxFormatError, OnnxRuntimeError) as e:
+        raise CheckpointError(f"CosyVoice: {path} cannot be used: {e}") from None
+
+
 @dataclass
 class CosyVoiceBundle:
     folder: Path
@@ -142,11 +180,13 @@ class CosyVoiceBundle:
     llm: CosyVoiceLM
     flow: Flow
     hift: HiFT
+    speech_tokenizer: SpeechTokenizer | None = None
+    campplus: CampPlus | None = None
+    feat_params: dict[str, Any] = field(default_factory=dict)
     speakers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
-def read_configs(folder: Path) -> tuple[int, LMConfig, FlowConfig, HiFTConfig]:
+def read_configs(folder: Path) -> tuple[int, LMConfig, FlowConfig, HiFTConfig, dict[str, Any]]:
     y = yaml_path(folder)
     if y is None:
         raise ModelFolderError(f"CosyVoice: {folder} has no cosyvoice2.yaml or cosyvoice3.yaml")
@@ -159,7 +199,7 @@ def read_configs(folder: Path) -> tuple[int, LMConfig, FlowConfig, HiFTConfig]:
                               f"{folder / QWEN_DIR / 'config.json'} has hidden_size {qwen.hidden_size}")
     lm_config = LMConfig(version=version, speech_token_size=lm["speech_token_size"], qwen=qwen, top_p=lm["top_p"],
                          top_k=lm["top_k"], win_size=lm["win_size"], tau_r=lm["tau_r"])
-    return version, lm_config, flow_config(y, data, version), hift_config(y, data)
+    return version, lm_config, flow_config(y, data, version), hift_config(y, data), feat_params(y, data)
 
 
 def read_speakers(path: Path) -> dict[str, dict[str, torch.Tensor]]:
@@ -179,7 +219,7 @@ def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> Co
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelFolderError(f"CosyVoice: model folder {folder} not found")
-    version, lm_config, fc, hc = read_configs(folder)
+    version, lm_config, fc, hc, feats = read_configs(folder)
     missing = [f for f in required_files(folder, version) if not (folder / f).is_file()]
     if missing:
         raise ModelFolderError(f"CosyVoice: {folder} is missing {', '.join(missing)} (expected the upstream layout "
@@ -195,5 +235,7 @@ def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> Co
     if hc.causal:   # upstream moves the causal f0 predictor to float64 before use
         hift_state = {k: v.double() if k.startswith("f0_predictor.") else v for k, v in hift_state.items()}
     hift = load_state_into(lambda: HiFT(hc), hift_state, hift_path, dtype)
-    return CosyVoiceBundle(folder, version, lm_config, fc, hc, llm, flow, hift,
+    tokenizer = SpeechTokenizer(read_onnx(folder / f"speech_tokenizer_v{version}.onnx"))
+    campplus = CampPlus(read_onnx(folder / "campplus.onnx"))
+    return CosyVoiceBundle(folder, version, lm_config, fc, hc, llm, flow, hift, tokenizer, campplus, feats,
                            read_speakers(folder / "spk2info.pt"))

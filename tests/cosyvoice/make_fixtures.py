@@ -158,6 +158,118 @@ def frontend(work: Path) -> None:
     torch.save(out, FIX / "frontend.pt")
 
 
+class _TokenizerGraph(torch.nn.Module):
+    """s3tokenizer's torch S3Tokenizer as CosyVoice's ONNX file is called: (feats, feats_length) -> tokens."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        # The exporter cannot hold complex constants: keep RoPE as (cos, sin) pairs (torch.view_as_real).
+        # (256 positions: enough for the fixture, keeps the file small)
+        self.register_buffer("freqs", torch.view_as_real(inner.encoder.freqs_cis)[:256].contiguous())
+
+    def forward(self, feats: torch.Tensor, feats_length: torch.Tensor) -> torch.Tensor:
+        """AudioEncoderV2/V3.forward (minus its unused view_as_real lines), then FSQ encode."""
+        from s3tokenizer.utils import make_non_pad_mask, mask_to_bias
+        enc = self.inner.encoder
+        x, x_len = feats, feats_length
+        T = x.shape[-1]
+        mask = make_non_pad_mask(x_len, T).unsqueeze(1)
+        x = torch.nn.functional.gelu(enc.conv1(x * mask))
+        x_len = (x_len + 2 - 1 * (3 - 1) - 1) // enc.stride + 1
+        x_slen = (T + 2 - 1 * (3 - 1) - 1) // enc.stride + 1
+        mask = make_non_pad_mask(x_len, x_slen).unsqueeze(1)
+        x = torch.nn.functional.gelu(enc.conv2(x * mask))
+        x_len = (x_len + 2 - 1 * (3 - 1) - 1) // 2 + 1
+        x_slen = (x_slen + 2 - 1 * (3 - 1) - 1) // enc.stride + 1
+        mask = make_non_pad_mask(x_len, x_slen).unsqueeze(1)
+        x = x.permute(0, 2, 1)
+        mask_pad = mask.transpose(1, 2)
+        mask = mask_to_bias(mask, x.dtype)
+        freqs = self.freqs[:x.size(1)]
+        for block in enc.blocks:
+            x = block(x, mask.unsqueeze(1), mask_pad, freqs)
+        return self.inner.quantizer._codebook.encode(x)
+
+
+def _rotary_real(xq: torch.Tensor, xk: torch.Tensor, real: torch.Tensor):
+    """s3tokenizer's apply_rotary_emb, reading cos/sin from the real view instead of the complex tensor."""
+    cos, sin = real[:, :, 0], real[:, :, 1]
+    cos = cos.unsqueeze(0).unsqueeze(2).to(xq.dtype)
+    sin = sin.unsqueeze(0).unsqueeze(2).to(xq.dtype)
+    d = xq.shape[-1]
+    xq_r = torch.cat((-xq[:, :, :, d // 2:], xq[:, :, :, :d // 2]), dim=-1)
+    xk_r = torch.cat((-xk[:, :, :, d // 2:], xk[:, :, :, :d // 2]), dim=-1)
+    return xq * cos + xq_r * sin, xk * cos + xk_r * sin
+
+
+def _randomize(module: torch.nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            fan_in = max(1, p[0].numel()) if p.dim() > 1 else 16
+            p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
+        for name, b in module.named_buffers():
+            if name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+            elif name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+
+
+def onnx_graphs(work: Path) -> None:
+    """The speech tokenizers (s3tokenizer's torch reimplementation of upstream's v2/v3 ONNX graphs) and
+    CAM++ (3D-Speaker's CAMPPlus, the model campplus.onnx was exported from), tiny and random, exported with
+    torch's TorchScript-based ONNX exporter as the real files were; their onnxruntime outputs on fixed inputs."""
+    import onnxruntime
+    import s3tokenizer.model_v2 as m2
+    from s3tokenizer.model_v2 import ModelConfig, S3TokenizerV2
+    from s3tokenizer.model_v3 import ModelConfigV3, S3TokenizerV3
+
+    sys.path.insert(0, "/work/upstream-3dspeaker")
+    from speakerlab.models.campplus.DTDNN import CAMPPlus
+
+    rotary = m2.apply_rotary_emb
+
+    def real_rotary(xq, xk, freqs_cis):   # the same maths on the (cos, sin) pairs
+        return rotary(xq, xk, torch.view_as_complex(freqs_cis) if not freqs_cis.is_complex() else freqs_cis) \
+            if not torch.onnx.is_in_onnx_export() else _rotary_real(xq, xk, freqs_cis)
+
+    m2.apply_rotary_emb = real_rotary
+    out: dict[str, object] = {}
+    g = torch.Generator().manual_seed(3)
+    mel = torch.randn(1, 128, 203, generator=g)
+    for version, cls, config in ((2, S3TokenizerV2, ModelConfig()), (3, S3TokenizerV3, ModelConfigV3())):
+        config.n_audio_state, config.n_audio_head, config.n_audio_layer = 64, 1, 2   # RoPE is fixed at 64 per head
+        model = _TokenizerGraph(cls(f"speech_tokenizer_v{version}_25hz", config)).eval()
+        _randomize(model, 100 + version)
+        path = FIX / f"speech_tokenizer_v{version}.onnx"
+        length = torch.tensor([mel.shape[2]], dtype=torch.int32)
+        with torch.no_grad():
+            torch.onnx.export(model, (mel, length), str(path), input_names=["feats", "feats_length"],
+                              output_names=["indices"], dynamic_axes={"feats": {2: "T"}, "indices": {1: "T4"}},
+                              opset_version=17, dynamo=False)
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        out[f"tokens.v{version}"] = torch.from_numpy(session.run(None, {"feats": mel.numpy(),
+                                                                         "feats_length": length.numpy()})[0])
+        with torch.no_grad():
+            out[f"tokens_torch.v{version}"] = model(mel, length)
+    camp = CAMPPlus(feat_dim=80, embedding_size=192, growth_rate=4, bn_size=2, init_channels=8).eval()
+    _randomize(camp, 7)
+    fbank = torch.randn(1, 157, 80, generator=g)
+    path = FIX / "campplus.onnx"
+    with torch.no_grad():
+        torch.onnx.export(camp, (fbank,), str(path), input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {1: "T"}}, opset_version=17, dynamo=False)
+        out["campplus_torch"] = camp(fbank)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out["campplus"] = torch.from_numpy(session.run(None, {"input": fbank.numpy()})[0])
+    out["mel"], out["fbank"] = mel, fbank
+    torch.save(out, FIX / "onnx_outputs.pt")
+    print("tokens v2", out["tokens.v2"][0, :12].tolist(), torch.equal(out["tokens.v2"], out["tokens_torch.v2"].to(out["tokens.v2"].dtype)))
+    print("tokens v3", out["tokens.v3"][0, :12].tolist(), torch.equal(out["tokens.v3"], out["tokens_torch.v3"].to(out["tokens.v3"].dtype)))
+    print("campplus", (out["campplus"] - out["campplus_torch"]).abs().max().item())
+
+
 def main() -> None:
     repo = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/upstream-cosyvoice")
     setup_upstream(repo)
@@ -167,6 +279,7 @@ def main() -> None:
         for version in (2, 3):
             run_version(version, Path(tmp))
         frontend(Path(tmp))
+        onnx_graphs(Path(tmp))
 
 
 if __name__ == "__main__":
