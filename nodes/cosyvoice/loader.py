@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...runtime.loading import CheckpointError, _parameters_on_meta
+from ...runtime.loading import CheckpointError, load_module_from_state
+from ..common.checkpoint import load_pickle, state_dict
 from ..common.onnx_graph import OnnxModule, OnnxRuntimeError
 from ..common.onnx_reader import OnnxFormatError, read_model
 from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
@@ -60,16 +61,10 @@ def is_model_folder(folder: Path) -> bool:
 
 
 def read_state(path: Path) -> dict[str, torch.Tensor]:
-    """A pickled state dict, through torch.load(weights_only=True) only."""
+    """A pickled state dict, through torch.load(weights_only=True) only (nodes/common/checkpoint.py)."""
     if not path.is_file():
         raise ModelFolderError(f"CosyVoice: {path} not found")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise CheckpointError(f"CosyVoice: {path} could not be read as a weights-only checkpoint: {e}") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"CosyVoice: {path} does not hold a state dict of tensors")
-    return state
+    return state_dict(load_pickle(path), path)
 
 
 def fold_weight_norm(state: dict[str, torch.Tensor], path: Path,
@@ -101,27 +96,11 @@ def fold_weight_norm(state: dict[str, torch.Tensor], path: Path,
     return out
 
 
-def load_state_into(factory: Callable[[], nn.Module], state: dict[str, torch.Tensor], path: Path,
-                    dtype: torch.dtype | None) -> nn.Module:
-    """Build `factory()` with parameters on meta and assign `state` strictly (names and shapes)."""
-    with _parameters_on_meta():
-        module = factory()
-    expected = {k: tuple(v.shape) for k, v in module.state_dict(keep_vars=True).items()}
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shapes = [f"{k}: checkpoint {list(state[k].shape)}, model {list(s)}" for k, s in expected.items()
-              if k in state and tuple(state[k].shape) != s]
-    if missing or unexpected or shapes:
-        parts = [f"{what} ({len(keys)}) {', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}"
-                 for what, keys in (("missing keys", missing), ("unexpected keys", unexpected),
-                                    ("shape mismatch", shapes)) if keys]
-        raise CheckpointError(f"CosyVoice: {path} does not match {type(module).__name__}: " + "; ".join(parts))
-    module.load_state_dict(state, strict=True, assign=True)
-    if dtype is not None:
-        for p in module.parameters():
-            if p.dtype.is_floating_point and p.dtype != torch.float64:
-                p.data = p.data.to(dtype)
-    return module.eval()
+def keep_dtype(module: nn.Module, prefix: str, state: dict[str, torch.Tensor]) -> None:
+    """Put back, in the file's own dtype, the tensors under `prefix` that upstream never casts (v3's float64
+    f0 predictor, the DiT's float32 RoPE frequencies), after the rest was loaded in the requested dtype."""
+    sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    module.get_submodule(prefix.rstrip(".")).load_state_dict(sub, strict=True, assign=True)
 
 
 def qwen2_config(folder: Path) -> Qwen2Config:
@@ -226,15 +205,20 @@ def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> Co
                                f"of a CosyVoice {version} repository)")
     lm_path = folder / "llm.pt"
     lm_state = {k: v for k, v in read_state(lm_path).items() if k not in UNUSED_LM_KEYS}
-    llm = load_state_into(lambda: CosyVoiceLM(lm_config), lm_state, lm_path, dtype)
+    llm = load_module_from_state(lambda: CosyVoiceLM(lm_config), lm_state, dtype, source=lm_path).eval()
     flow_path = folder / "flow.pt"
-    flow = load_state_into(lambda: Flow(fc), read_state(flow_path), flow_path, dtype)
+    flow_state = read_state(flow_path)
+    flow = load_module_from_state(lambda: Flow(fc), flow_state, dtype, source=flow_path).eval()
+    if version == 3:
+        keep_dtype(flow, "decoder.estimator.rotary_embed.", flow_state)
     hift_path = folder / "hift.pt"
     hift_state = {k.replace("generator.", ""): v for k, v in read_state(hift_path).items()}
     hift_state = fold_weight_norm(hift_state, hift_path, wide=lambda k: hc.causal and k.startswith("f0_predictor."))
     if hc.causal:   # upstream moves the causal f0 predictor to float64 before use
         hift_state = {k: v.double() if k.startswith("f0_predictor.") else v for k, v in hift_state.items()}
-    hift = load_state_into(lambda: HiFT(hc), hift_state, hift_path, dtype)
+    hift = load_module_from_state(lambda: HiFT(hc), hift_state, dtype, source=hift_path).eval()
+    if hc.causal:
+        keep_dtype(hift, "f0_predictor.", hift_state)
     tokenizer = SpeechTokenizer(read_onnx(folder / f"speech_tokenizer_v{version}.onnx"))
     campplus = CampPlus(read_onnx(folder / "campplus.onnx"))
     return CosyVoiceBundle(folder, version, lm_config, fc, hc, llm, flow, hift, tokenizer, campplus, feats,

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
+from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
 from .frontend import ENDOFPROMPT, V3_SYSTEM, TextTokenizer, kaldi_fbank, matcha_mel, normalize_text, whisper_log_mel
@@ -43,16 +44,11 @@ MAX_SILENT = 5          # v3: longer runs of silent/breath tokens are dropped (u
 MB = 1 << 20
 
 
-def resample(wav: Tensor, orig: int, target: int) -> Tensor:
-    from ..common.audio import resample as shared
-    return shared(wav, orig, target)
-
-
 class CosyVoiceEngine(Engine):
     engine_id = "cosyvoice"
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto",), cloning="optional",
                                 transcript="optional", instruction=True, speed=(0.5, 2.0), max_chunk_chars=200,
-                                reference_seconds=(0.5, 30.0))
+                                reference_seconds=(0.5, 30.0), resampler="torchaudio_sinc")
     PHASED = True
 
     def __init__(self, bundle: CosyVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
@@ -144,8 +140,9 @@ class CosyVoiceEngine(Engine):
             raise ValueError(f"CosyVoice: cloning needs campplus.onnx and speech_tokenizer_v{self.version}.onnx "
                              f"in {b.folder}")
         wav = wav.float()
-        wav16 = resample(wav, sample_rate, 16000)
-        wav24 = resample(wav, sample_rate, SAMPLE_RATE)
+        # upstream's load_wav: torchaudio's sinc resampler from the file's rate to each model's rate
+        wav16 = resample(wav, sample_rate, 16000, self.capabilities.resampler)
+        wav24 = resample(wav, sample_rate, SAMPLE_RATE, self.capabilities.resampler)
         if wav16.numel() / 16000 > 30:
             raise ValueError("CosyVoice: the reference is longer than 30 s; upstream's speech tokenizer takes at most 30 s")
 

@@ -78,7 +78,7 @@ def run_version(version: int, work: Path) -> None:
     eop = [151646] if version == 3 else []
     text = torch.tensor([[300, 301, 302, 303, 304, 305, 306, 307]], dtype=torch.int32)
     prompt_text = torch.tensor([[310, 311, 312] + eop], dtype=torch.int32)
-    prompt_speech = torch.randint(0, 100, (1, 6), generator=g, dtype=torch.int32)
+    prompt_speech = torch.randint(0, 6561, (1, 6), generator=g, dtype=torch.int32)
     cases = {"zero_shot": (text, prompt_text, prompt_speech),
              "no_prompt": (torch.cat([torch.tensor([eop], dtype=torch.int32).view(1, -1), text], 1) if eop else text,
                            torch.zeros(1, 0, dtype=torch.int32), torch.zeros(1, 0, dtype=torch.int32))}
@@ -94,8 +94,8 @@ def run_version(version: int, work: Path) -> None:
         out[f"lm.{case}.text"], out[f"lm.{case}.prompt_text"], out[f"lm.{case}.prompt_speech"] = t, pt, ps
 
     # ---- flow (10 Euler steps, CFG), noise: upstream's seed-0 buffer
-    token = torch.randint(0, 300, (1, 15), generator=g, dtype=torch.int32)
-    prompt_token = torch.randint(0, 300, (1, 10), generator=g, dtype=torch.int32)
+    token = torch.randint(0, 6561, (1, 15), generator=g, dtype=torch.int32)
+    prompt_token = torch.randint(0, 6561, (1, 10), generator=g, dtype=torch.int32)
     prompt_feat = torch.randn(1, 20, 80, generator=g)
     embedding = torch.randn(1, 192, generator=g)
     mel, _ = flow.inference(token=token, token_len=torch.tensor([15], dtype=torch.int32), prompt_token=prompt_token,

@@ -105,13 +105,13 @@ _CFM = """
                 reg_loss_type: 'l1'
 """
 
-YAML_V2 = _COMMON + _LLM.format(llm_class="Qwen2LM", speech_tokens=100) + """
+YAML_V2 = _COMMON + _LLM.format(llm_class="Qwen2LM", speech_tokens=6561) + """
 flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
     input_size: 512
     output_size: 80
     spk_embed_dim: !ref <spk_embed_dim>
     output_type: 'mel'
-    vocab_size: 300
+    vocab_size: 6561
     input_frame_rate: !ref <token_frame_rate>
     only_mask_loss: True
     token_mel_ratio: !ref <token_mel_ratio>
@@ -146,14 +146,14 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
             num_decoding_left_chunks: !ref <num_decoding_left_chunks>
 """ + _HIFT.format(hift_class="HiFTGenerator", f0_class="ConvRNNF0Predictor", extra="", fmax="8000")
 
-# v3 stops on any of 200 rows after the speech tokens: 4000 speech tokens keep stops rare in a random LM
-YAML_V3 = _COMMON + _LLM.format(llm_class="CosyVoice3LM", speech_tokens=4000) + """
+# Upstream's token vocabulary (6561 = 3^8, the S3 tokenizer's) so reference tokens feed the LM and flow.
+YAML_V3 = _COMMON + _LLM.format(llm_class="CosyVoice3LM", speech_tokens=6561) + """
 flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
     input_size: 80
     output_size: 80
     spk_embed_dim: !ref <spk_embed_dim>
     output_type: 'mel'
-    vocab_size: 300
+    vocab_size: 6561
     input_frame_rate: !ref <token_frame_rate>
     only_mask_loss: True
     token_mel_ratio: !ref <token_mel_ratio>
