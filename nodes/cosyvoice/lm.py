@@ -79,7 +79,8 @@ class LMConfig:
 class Qwen2Model(nn.Module):
     def __init__(self, c: Qwen2Config) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        # 151936 rows: built on meta (a random init would cost seconds); llm.pt always provides them.
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, device="meta")
         self.layers = nn.ModuleList(qwen2_layer(c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
                                                 c.head_dim, c.intermediate_size, eps=c.rms_norm_eps)
                                     for _ in range(c.num_hidden_layers))
@@ -151,15 +152,17 @@ class CosyVoiceLM(nn.Module):
     @torch.inference_mode()
     def generate(self, text: Tensor, prompt_text: Tensor, prompt_speech: Tensor,
                  select: Callable[[Tensor, list[int]], int], *, min_ratio: float = 2.0, max_ratio: float = 20.0,
-                 cache: KVCache | None = None, on_token: Callable[[int, int], None] | None = None) -> list[int]:
+                 endofprompt: int | None = ENDOFPROMPT_V3, cache: KVCache | None = None,
+                 on_token: Callable[[int, int], None] | None = None) -> list[int]:
         """Speech tokens for `text` (upstream `Qwen2LM.inference`, non-streaming, without vLLM).
 
         text, prompt_text, prompt_speech: int [1, n]. `select(logp, decoded)` draws the next token
-        (RAS sampling); eos is masked until `min_ratio * len(text)` tokens.
+        (RAS sampling); eos is masked until `min_ratio * len(text)` tokens. CosyVoice 3 requires the
+        `endofprompt` token id in the text or prompt (upstream hard-codes 151646, its id in the real vocabulary).
         """
         c = self.config
         all_text = torch.cat([prompt_text, text], dim=1)
-        if c.version == 3 and not bool((all_text == ENDOFPROMPT_V3).any()):
+        if c.version == 3 and endofprompt is not None and not bool((all_text == endofprompt).any()):
             raise ValueError("CosyVoice 3 needs <|endofprompt|> in its text or prompt text")
         x = self.prompt_embeddings(all_text, prompt_speech)
         n = text.shape[1]

@@ -177,7 +177,8 @@ class CosyVoiceEngine(Engine):
             return llm.generate(text.to(dev), prompt_text.to(dev), prompt_speech.to(dev),
                                 lambda logp, done: ras_sample(logp.float(), done, g, top_p=c.top_p, top_k=c.top_k,
                                                               win_size=c.win_size, tau_r=c.tau_r),
-                                min_ratio=MIN_TOKEN_TEXT_RATIO, max_ratio=MAX_TOKEN_TEXT_RATIO, on_token=step)
+                                min_ratio=MIN_TOKEN_TEXT_RATIO, max_ratio=MAX_TOKEN_TEXT_RATIO,
+                                endofprompt=self.tokenizer.token_id(ENDOFPROMPT), on_token=step)
 
         prompt_len = 2 + text.shape[1] + prompt_text.shape[1] + prompt_speech.shape[1]
         tokens = ctx.run("llm", [self.llm_handle], run, memory=self.llm_memory(prompt_len, text.shape[1]),
