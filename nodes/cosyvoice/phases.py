@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
+from ...runtime.units import MIN_UNIT_BYTES
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
@@ -52,21 +53,22 @@ class CosyVoiceEngine(Engine):
     PHASED = True
 
     def __init__(self, bundle: CosyVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 name: str | None = None) -> None:
+                 name: str | None = None, min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
         self.bundle = bundle
         voices = tuple(sorted(bundle.speakers))
         self.capabilities = replace(type(self).capabilities, voices=voices,
                                     cloning="optional" if voices else "required")
         DeviceService.pin_to_cpu(bundle.llm.decoder.embed_tokens)
-        llm = ModelHandle(bundle.llm, name="llm", kind="sequence")
-        flow = ModelHandle(bundle.flow, name="flow", kind="oneshot")
-        flow.mark(bundle.flow.decoder.estimator, "hot")
-        hift = ModelHandle(bundle.hift, name="vocoder", kind="oneshot")
+        unit = {"min_unit_bytes": min_unit_bytes}
+        llm = ModelHandle(bundle.llm, name="llm", kind="sequence", **unit)
+        flow = ModelHandle(bundle.flow, name="flow", kind="oneshot", **unit)
+        flow.mark(bundle.flow.decoder.estimator, "hot")     # 2 x 10 estimator calls per chunk
+        hift = ModelHandle(bundle.hift, name="vocoder", kind="oneshot", **unit)
         handles = [llm, flow, hift]
         self.prompt_handles: list[ModelHandle] = []
         for module, label in ((bundle.speech_tokenizer, "speech tokenizer"), (bundle.campplus, "speaker encoder")):
             if module is not None:
-                self.prompt_handles.append(ModelHandle(module, name=label, kind="oneshot"))
+                self.prompt_handles.append(ModelHandle(module, name=label, kind="oneshot", **unit))
         super().__init__(manager, handles + self.prompt_handles, device, name)
         self.llm_handle, self.flow_handle, self.hift_handle = llm, flow, hift
         self._tokenizer: TextTokenizer | None = None

@@ -164,7 +164,7 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
         pre_lookahead_len: 3
 """ + _CFM + """        estimator: !new:cosyvoice.flow.DiT.dit.DiT
             dim: 64
-            depth: 2
+            depth: 4
             heads: 4
             dim_head: 16
             ff_mult: 2
