@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..common.mel import log_mel, mel_filters
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -151,44 +151,9 @@ def only_punctuation(text: str) -> bool:
 # ---- features --------------------------------------------------------------------------------------------------
 
 
-def _hz_to_mel(f: np.ndarray) -> np.ndarray:
-    f = np.asanyarray(f, dtype=np.float64)
-    f_sp, min_log_hz = 200.0 / 3, 1000.0
-    mels = f / f_sp
-    logstep = np.log(6.4) / 27.0
-    if f.ndim:
-        log_t = f >= min_log_hz
-        mels[log_t] = min_log_hz / f_sp + np.log(f[log_t] / min_log_hz) / logstep
-    elif f >= min_log_hz:
-        mels = min_log_hz / f_sp + np.log(f / min_log_hz) / logstep
-    return mels
-
-
-def _mel_to_hz(m: np.ndarray) -> np.ndarray:
-    f_sp, min_log_hz = 200.0 / 3, 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = np.log(6.4) / 27.0
-    freqs = f_sp * m
-    log_t = m >= min_log_mel
-    freqs[log_t] = min_log_hz * np.exp(logstep * (m[log_t] - min_log_mel))
-    return freqs
-
-
-@lru_cache(maxsize=8)
-def slaney_mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> Tensor:
-    """librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax) (Slaney scale and norm, float32), step for step."""
-    fmax = float(sr) / 2 if fmax is None else fmax
-    weights = np.zeros((n_mels, int(1 + n_fft // 2)), dtype=np.float32)
-    fftfreqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = np.subtract.outer(mel_f, fftfreqs)
-    for i in range(n_mels):
-        lower = -ramps[i] / fdiff[i]
-        upper = ramps[i + 2] / fdiff[i + 1]
-        weights[i] = np.maximum(0, np.minimum(lower, upper))
-    weights *= (2.0 / (mel_f[2: n_mels + 2] - mel_f[:n_mels]))[:, np.newaxis]
-    return torch.from_numpy(weights)
+def slaney_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> Tensor:
+    """librosa.filters.mel (Slaney scale and norm, float32), as Whisper's asset and Matcha compute it."""
+    return torch.from_numpy(mel_filters(sr, n_fft, n_mels, fmin, fmax))
 
 
 def whisper_log_mel(audio: Tensor, n_mels: int = 128) -> Tensor:
@@ -196,7 +161,7 @@ def whisper_log_mel(audio: Tensor, n_mels: int = 128) -> Tensor:
     window = torch.hann_window(400, device=audio.device)
     stft = torch.stft(audio, 400, 160, window=window, return_complex=True)
     magnitudes = stft[..., :-1].abs() ** 2
-    mel = slaney_mel_filters(16000, 400, n_mels).to(audio.device) @ magnitudes
+    mel = slaney_filters(16000, 400, n_mels).to(audio.device) @ magnitudes
     log_spec = torch.clamp(mel, min=1e-10).log10()
     log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
     return (log_spec + 4.0) / 4.0
@@ -240,13 +205,6 @@ def _kaldi_mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: f
 
 def matcha_mel(wav: Tensor, n_fft: int = 1920, num_mels: int = 80, sampling_rate: int = 24000, hop_size: int = 480,
                win_size: int = 1920, fmin: float = 0.0, fmax: float | None = 8000.0) -> Tensor:
-    """Matcha-TTS mel_spectrogram (center=False) of audio [T] -> log-mel [num_mels, frames]."""
-    basis = slaney_mel_filters(sampling_rate, n_fft, num_mels, fmin, fmax).to(wav.device)
-    pad = int((n_fft - hop_size) / 2)
-    y = F.pad(wav[None, None], (pad, pad), mode="reflect").squeeze(1)
-    spec = torch.view_as_real(torch.stft(y, n_fft, hop_length=hop_size, win_length=win_size,
-                                         window=torch.hann_window(win_size, device=wav.device), center=False,
-                                         pad_mode="reflect", normalized=False, onesided=True, return_complex=True))
-    spec = torch.sqrt(spec.pow(2).sum(-1) + (1e-9))
-    spec = torch.matmul(basis, spec)
-    return torch.log(torch.clamp(spec, min=1e-5) * 1)[0]
+    """Matcha-TTS mel_spectrogram (center=False) of audio [T] -> log-mel [num_mels, frames] (the shared recipe)."""
+    basis = slaney_filters(sampling_rate, n_fft, num_mels, fmin, fmax)
+    return log_mel(wav, basis, n_fft, hop_size, win_size, pad=int((n_fft - hop_size) / 2))[0]

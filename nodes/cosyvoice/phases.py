@@ -36,7 +36,7 @@ from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
 from .frontend import ENDOFPROMPT, V3_SYSTEM, TextTokenizer, kaldi_fbank, matcha_mel, normalize_text, whisper_log_mel
 from .loader import QWEN_DIR, CosyVoiceBundle
-from .ras import ras_sample
+from ..common.sampling import ras_sample
 
 SAMPLE_RATE = 24000
 MAX_TOKEN_TEXT_RATIO, MIN_TOKEN_TEXT_RATIO = 20.0, 2.0
@@ -177,7 +177,7 @@ class CosyVoiceEngine(Engine):
             dev = self.llm_handle.device
             g = ctx.generator
             return llm.generate(text.to(dev), prompt_text.to(dev), prompt_speech.to(dev),
-                                lambda logp, done: ras_sample(logp.float(), done, g, top_p=c.top_p, top_k=c.top_k,
+                                lambda logp, done: ras_sample(logp, done, g, top_p=c.top_p, top_k=c.top_k,
                                                               win_size=c.win_size, tau_r=c.tau_r),
                                 min_ratio=MIN_TOKEN_TEXT_RATIO, max_ratio=MAX_TOKEN_TEXT_RATIO,
                                 endofprompt=self.tokenizer.token_id(ENDOFPROMPT), on_token=step)

@@ -12,7 +12,7 @@ import torch
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
 from mizuoto.nodes.cosyvoice.loader import CosyVoiceBundle, load_cosyvoice
-from mizuoto.nodes.cosyvoice.ras import ras_sample
+from mizuoto.nodes.common.sampling import ras_sample
 
 from cosyvoice.tiny import FIXTURES, write_folder
 
