@@ -30,7 +30,6 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ...runtime.units import MIN_UNIT_BYTES
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
@@ -53,7 +52,7 @@ class CosyVoiceEngine(Engine):
     PHASED = True
 
     def __init__(self, bundle: CosyVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 name: str | None = None, min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
+                 name: str | None = None, min_unit_bytes: int | None = None) -> None:
         self.bundle = bundle
         voices = tuple(sorted(bundle.speakers))
         self.capabilities = replace(type(self).capabilities, voices=voices,

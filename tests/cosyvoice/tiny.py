@@ -240,3 +240,16 @@ def write_folder(folder: Path, version: int, keys: dict[str, dict[str, list[int]
         src = FIXTURES / name
         (folder / name).write_bytes(src.read_bytes() if src.is_file() else b"")
     return folder
+
+
+def conformance_case(root: Path):
+    """CosyVoice 2 tiny folder, zero-shot cloning of a short reference (tests/engines_native/test_conformance.py);
+    CosyVoice 3 runs the same checks in tests/engines_native/test_cosyvoice_streaming.py."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    t = torch.arange(14400) / 24000
+    wav = 0.3 * torch.sin(2 * torch.pi * 190 * t) * (1 + torch.sin(2 * torch.pi * 2 * t)) / 2
+    folder = write_folder(Path(root) / "tiny-v2", 2)
+    return Case(folder, SpeakRequest("hi", seed=5, reference={"waveform": wav[None, None], "sample_rate": 24000},
+                                     reference_text="he"))
