@@ -37,7 +37,7 @@ def setup_upstream(repo: Path) -> None:
     import torchaudio_shim  # the CUDA-linked torchaudio wheel imports on CPU torch (Python parts only)
     torchaudio_shim.install()
     import importlib.machinery
-    for name in ("modelscope",):   # imported by upstream's cli, never used here
+    for name in ("modelscope", "pyworld"):   # imported by upstream modules, never called here
         stub = types.ModuleType(name)
         stub.__spec__ = importlib.machinery.ModuleSpec(name, None)
         sys.modules.setdefault(name, stub)
@@ -270,6 +270,40 @@ def onnx_graphs(work: Path) -> None:
     print("campplus", (out["campplus"] - out["campplus_torch"]).abs().max().item())
 
 
+# CosyVoice-BlankEN/config.json of the published models (Qwen2.5-0.5B's shape).
+REAL_QWEN = {**tiny.QWEN_CONFIG, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+             "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768}
+
+
+def real_structure(repo: Path, work: Path) -> None:
+    """Every tensor name and shape of the published-size LM, flow and HiFT (upstream's classes built on meta
+    from the repository's cosyvoice2/3.yaml) and the configs our reader takes from the same YAML."""
+    from dataclasses import asdict
+
+    from hyperpyyaml import load_hyperpyyaml
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import cosyvoice.llm.llm as llm_mod
+    from mizuoto.nodes.cosyvoice.config import flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
+
+    def qwen_init(self, pretrain_path):
+        torch.nn.Module.__init__(self)
+        self.model = Qwen2ForCausalLM(Qwen2Config(**REAL_QWEN))
+
+    llm_mod.Qwen2Encoder.__init__ = qwen_init
+    for version in (2, 3):
+        y = repo / "examples" / "libritts" / f"cosyvoice{version}" / "conf" / f"cosyvoice{version}.yaml"
+        with torch.device("meta"):
+            configs = load_hyperpyyaml(y.read_text(), overrides={"hifigan": None, "qwen_pretrain_path": str(work)})
+        data = read_hyperpyyaml(y)
+        assert version_of(y, data) == version
+        out = {"qwen": REAL_QWEN, "lm": lm_fields(y, data), "flow": asdict(flow_config(y, data, version)),
+               "hift": asdict(hift_config(y, data)),
+               "tensors": {name: shapes(configs[name]) for name in ("llm", "flow", "hift")}}
+        (HERE / f"real_v{version}.json").write_text(json.dumps(out, sort_keys=True))
+        print(f"real v{version}:", {k: len(v) for k, v in out["tensors"].items()})
+
+
 def main() -> None:
     repo = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/upstream-cosyvoice")
     setup_upstream(repo)
@@ -280,6 +314,7 @@ def main() -> None:
             run_version(version, Path(tmp))
         frontend(Path(tmp))
         onnx_graphs(Path(tmp))
+        real_structure(repo, Path(tmp))
 
 
 if __name__ == "__main__":
