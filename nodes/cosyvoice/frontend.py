@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 import torch
@@ -144,7 +145,7 @@ def normalize_text(text: str) -> str:
 
 
 def only_punctuation(text: str) -> bool:
-    import unicodedata
+    """Upstream's is_only_punctuation (`^[\\p{P}\\p{S}]*$`), also true for blank text."""
     return all(unicodedata.category(c)[0] in "PSZ" for c in text)
 
 

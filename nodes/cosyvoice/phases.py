@@ -33,7 +33,8 @@ from ...runtime.lm.cache import peak_bytes
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
-from .frontend import ENDOFPROMPT, V3_SYSTEM, TextTokenizer, kaldi_fbank, matcha_mel, normalize_text, whisper_log_mel
+from .frontend import (ENDOFPROMPT, V3_SYSTEM, TextTokenizer, kaldi_fbank, matcha_mel, normalize_text,
+                       only_punctuation, whisper_log_mel)
 from .loader import QWEN_DIR, CosyVoiceBundle
 from ..common.sampling import ras_sample
 
@@ -255,9 +256,9 @@ class CosyVoiceEngine(Engine):
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         prompt = self.voice_prompt(ctx, chunk)
+        if only_punctuation(normalize_text(chunk.text)):
+            return torch.zeros(0)          # upstream drops chunks that are only punctuation
         text, prompt_text, use_speech = self.llm_texts(chunk, chunk.reference is not None)
-        if not text.strip():
-            return torch.zeros(0)
         text_ids = self.ids(text)
         prompt_ids = self.ids(prompt_text) if prompt_text else torch.zeros(1, 0, dtype=torch.long)
         if "prompt_text_ids" in prompt and not chunk.instruction:

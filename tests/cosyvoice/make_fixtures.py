@@ -2,7 +2,7 @@
 
 Runs only where the repository and the reference venv exist (see README.md):
 
-    /work/venv-cosyvoice/bin/python tests/cosyvoice/make_fixtures.py /work/upstream-cosyvoice
+    /work/venv-cosyvoice/bin/python tests/cosyvoice/make_fixtures.py /work/upstream-cosyvoice /work/upstream-3dspeaker
 
 For each version it builds upstream's own classes from the tiny YAML of tiny.py (HyperPyYAML, as
 upstream loads its config), fills every parameter with tiny.seeded_state, runs them on fixed inputs and
@@ -225,7 +225,7 @@ def onnx_graphs(work: Path) -> None:
     from s3tokenizer.model_v2 import ModelConfig, S3TokenizerV2
     from s3tokenizer.model_v3 import ModelConfigV3, S3TokenizerV3
 
-    sys.path.insert(0, "/work/upstream-3dspeaker")
+    sys.path.insert(0, sys.argv[2] if len(sys.argv) > 2 else "/work/upstream-3dspeaker")
     from speakerlab.models.campplus.DTDNN import CAMPPlus
 
     rotary = m2.apply_rotary_emb
@@ -284,7 +284,8 @@ def real_structure(repo: Path, work: Path) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     import cosyvoice.llm.llm as llm_mod
-    from mizuoto.nodes.cosyvoice.config import flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
+    from mizuoto.nodes.cosyvoice.config import (feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml,
+                                                version_of)
 
     def qwen_init(self, pretrain_path):
         torch.nn.Module.__init__(self)
@@ -297,6 +298,7 @@ def real_structure(repo: Path, work: Path) -> None:
             configs = load_hyperpyyaml(y.read_text(), overrides={"hifigan": None, "qwen_pretrain_path": str(work)})
         data = read_hyperpyyaml(y)
         assert version_of(y, data) == version
+        feat_params(y, data)   # the flow prompt's mel settings read from the real YAML too
         out = {"qwen": REAL_QWEN, "lm": lm_fields(y, data), "flow": asdict(flow_config(y, data, version)),
                "hift": asdict(hift_config(y, data)),
                "tensors": {name: shapes(configs[name]) for name in ("llm", "flow", "hift")}}

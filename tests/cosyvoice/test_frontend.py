@@ -46,3 +46,8 @@ def test_text_rules():
     assert normalize_text("  Hello world.  ") == "Hello world."
     assert normalize_text("你好 世界.（测试）x²，") == "你好世界。测试x平方。"
     assert normalize_text("<|im_start|>你好 世界.") == "<|im_start|>你好 世界."
+
+
+def test_only_punctuation():
+    from mizuoto.nodes.cosyvoice.frontend import only_punctuation
+    assert only_punctuation("。，!?") and only_punctuation("") and not only_punctuation("a.")
