@@ -195,10 +195,13 @@ def _batch_norm(node: Node, args: list) -> list[Tensor]:
 
 
 def _softmax(fn: Callable[..., Tensor]) -> Callable[[Node, list], list[Tensor]]:
+    """Opset 13+: over `axis` (default -1). Before 13: over all dims from `axis` (default 1) flattened."""
     def op(node: Node, args: list) -> list[Tensor]:
         x = args[0]
-        axis = int(node.attributes.get("axis", -1))
-        return [fn(x, dim=axis)]
+        if node.attributes.get("_opset", 13) >= 13:
+            return [fn(x, dim=int(node.attributes.get("axis", -1)))]
+        axis = int(node.attributes.get("axis", 1)) % max(x.dim(), 1)
+        return [fn(x.reshape(*x.shape[:axis], -1), dim=-1).reshape(x.shape)]
     return op
 
 
@@ -385,6 +388,9 @@ class OnnxModule(nn.Module):
             self.register_buffer(f"c_{key}", value.float() if value.dtype == torch.float64 else value,
                                  persistent=False)
         self.nodes = [n for n in g.nodes if n.op_type != "Constant"]
+        for n in self.nodes:
+            if n.op_type in ("Softmax", "LogSoftmax"):
+                n.attributes["_opset"] = self.opset
         self.inputs = [name for name in g.inputs if name not in g.initializers]
         self.outputs = list(g.outputs)
         # Free every value after its last use.

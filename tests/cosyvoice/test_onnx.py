@@ -42,3 +42,13 @@ def test_weights_are_parameters_and_unknown_operators_are_named():
     model.graph.nodes[0].op_type = "FancyOp"
     with pytest.raises(OnnxRuntimeError, match="FancyOp"):
         OnnxModule(model)
+
+
+def test_softmax_follows_the_graph_opset():
+    from mizuoto.nodes.common.onnx_graph import OPS
+    from mizuoto.nodes.common.onnx_reader import Node
+    x = torch.randn(2, 3, 4)
+    new = OPS["Softmax"](Node("Softmax", "s", ["x"], ["y"], {"axis": 1, "_opset": 13}), [x])[0]
+    old = OPS["Softmax"](Node("Softmax", "s", ["x"], ["y"], {"axis": 1, "_opset": 11}), [x])[0]
+    torch.testing.assert_close(new, x.softmax(1))
+    torch.testing.assert_close(old, x.reshape(2, 12).softmax(-1).reshape(2, 3, 4))
