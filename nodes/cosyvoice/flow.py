@@ -604,7 +604,8 @@ class Flow(nn.Module):
     def mel(self, token: Tensor, prompt_token: Tensor, prompt_feat: Tensor, embedding: Tensor,
             generator: torch.Generator | None, callback: Callable[[int, int], None] | None = None) -> Tensor:
         """Mel [1, 80, T] of `token` after the prompt (upstream `inference(streaming=False, finalize=True)`):
-        n_timesteps cosine-scheduled Euler steps of the shared solver, CFG in upstream's form."""
+        n_timesteps cosine-scheduled Euler steps of the shared solver on upstream's accumulated clock, CFG in
+        upstream's form."""
         c = self.config
         mu, spks = self.encode(token, prompt_token, embedding)
         frames, prompt_frames = mu.shape[2], prompt_feat.shape[1]
@@ -620,5 +621,6 @@ class Flow(nn.Module):
 
         x0 = flow_noise(frames, generator).to(device=mu.device, dtype=mu.dtype)
         times = cosine_t_span(c.n_timesteps, mu.dtype, mu.device)
-        x = solve(guided(both, c.inference_cfg_rate, mix, double=True), x0, times, method="euler", callback=callback)
+        x = solve(guided(both, c.inference_cfg_rate, mix, double=True), x0, times, method="euler", clock="accumulate",
+                  callback=callback)
         return x.float()[:, :, prompt_frames:]
