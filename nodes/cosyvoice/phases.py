@@ -242,7 +242,8 @@ class CosyVoiceEngine(Engine):
             return chunk.cache["prompt"]
         if chunk.voice is None:
             raise ValueError("CosyVoice: give reference audio or a voice")
-        info = self.bundle.speakers[chunk.voice]
+        name = next(k for k in self.bundle.speakers if k.lower() == chunk.voice.lower())   # checked by the pipeline
+        info = self.bundle.speakers[name]
         out = {"embedding": info.get("flow_embedding", info.get("embedding")).reshape(1, -1).float()}
         if "flow_prompt_speech_token" in info and "prompt_speech_feat" in info:
             out["speech_tokens"] = info["flow_prompt_speech_token"].reshape(1, -1).long()

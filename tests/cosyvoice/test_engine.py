@@ -114,7 +114,7 @@ def test_builtin_speaker(folder, tmp_path):
     torch.save({"tiny_speaker": {"embedding": torch.randn(1, 192)}}, with_speakers / "spk2info.pt")
     eng = make_engine(with_speakers)
     assert eng.capabilities.voices == ("tiny_speaker",) and eng.capabilities.cloning == "optional"
-    wav, _ = speak(eng, voice="tiny_speaker")
+    wav, _ = speak(eng, voice="Tiny_Speaker")
     assert wav.numel() > 0
     with pytest.raises(ValueError, match="voice"):
         speak(eng, voice="nobody")
