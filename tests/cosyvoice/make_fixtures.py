@@ -22,8 +22,7 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))   # a script, never imported by the tests
 
 import tiny  # noqa: E402
 
@@ -126,10 +125,6 @@ def run_version(version: int, work: Path) -> None:
     print(f"v{version}: lm tokens", [out[f"lm.zero_shot.{s}"].tolist()[:12] for s in (0, 7)])
 
 
-TOKENIZER_TEXTS = ["hello world", "Hello, World! 123", "你好，世界。<|endofprompt|>hello", "[breath] well<strong>ok</strong>",
-                   "You are a helpful assistant.<|endofprompt|>[AA1][zh] tail", "  spaced\n\nlines\t", "héllo wörld"]
-
-
 def frontend(work: Path) -> None:
     """Tokenizer ids (upstream's tokenizer classes on the tiny BPE) and the three reference features."""
     import whisper
@@ -144,7 +139,7 @@ def frontend(work: Path) -> None:
     out: dict[str, object] = {}
     for version, cls in ((2, CosyVoice2Tokenizer), (3, CosyVoice3Tokenizer)):
         tok = cls(str(folder))
-        for i, text in enumerate(TOKENIZER_TEXTS):
+        for i, text in enumerate(tiny.TOKENIZER_TEXTS):
             out[f"tok.v{version}.{i}"] = torch.tensor(tok.encode(text), dtype=torch.int64)
     g = torch.Generator().manual_seed(11)
     wav16 = (torch.randn(1, 20800, generator=g) * 0.1).clamp(-1, 1)

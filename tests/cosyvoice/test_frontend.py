@@ -10,8 +10,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorde
 from mizuoto.nodes.cosyvoice.frontend import (TextTokenizer, kaldi_fbank, matcha_mel, normalize_text,
                                               whisper_log_mel)
 
-from cosyvoice.make_fixtures import TOKENIZER_TEXTS
-from cosyvoice.tiny import FIXTURES, write_tokenizer
+from cosyvoice.tiny import FIXTURES, TOKENIZER_TEXTS, write_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 FIXTURES = Path(__file__).parent / "fixtures"
+TOKENIZER_TEXTS = ["hello world", "Hello, World! 123", "你好，世界。<|endofprompt|>hello", "[breath] well<strong>ok</strong>",
+                   "You are a helpful assistant.<|endofprompt|>[AA1][zh] tail", "  spaced\n\nlines\t", "héllo wörld"]
 SEED = 20251201
 
 QWEN_CONFIG = {
