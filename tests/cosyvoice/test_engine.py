@@ -26,6 +26,13 @@ def folder(request, tmp_path_factory):
     return write_folder(tmp_path_factory.mktemp(f"cv{request.param}") / "tiny", request.param)
 
 
+@pytest.fixture(scope="module")
+def folder3(tmp_path_factory):
+    """For checks that do not depend on the version: the cheaper tiny v3 (v2's LM never stops early and its
+    conformer is 512 wide); v2's estimates are checked by the registry's conformance test."""
+    return write_folder(tmp_path_factory.mktemp("cv3-only") / "tiny", 3)
+
+
 def make_engine(folder, capacity: int | None = None) -> CosyVoiceEngine:
     """On the plain CPU (nothing moves), or on a strict simulated device of `capacity` bytes."""
     bundle = load_cosyvoice(folder, torch.float32)
@@ -45,9 +52,9 @@ def test_registry_entry_and_folder_check(folder, tmp_path):
     assert set(ENGINE.models) == {"CosyVoice2-0.5B", "Fun-CosyVoice3-0.5B-2512"}
 
 
-def test_missing_file_is_named(folder, tmp_path):
+def test_missing_file_is_named(folder3, tmp_path):
     broken = tmp_path / "broken"
-    shutil.copytree(folder, broken)
+    shutil.copytree(folder3, broken)
     (broken / "hift.pt").unlink()
     with pytest.raises(ModelFolderError, match="hift.pt"):
         load_cosyvoice(broken)
@@ -62,9 +69,9 @@ def test_bad_yaml_field_names_file_and_field(folder, tmp_path):
         load_cosyvoice(broken)
 
 
-def test_wrong_shapes_name_the_file(folder, tmp_path):
+def test_wrong_shapes_name_the_file(folder3, tmp_path):
     broken = tmp_path / "broken"
-    shutil.copytree(folder, broken)
+    shutil.copytree(folder3, broken)
     cfg = json.loads((broken / "CosyVoice-BlankEN" / "config.json").read_text())
     cfg["intermediate_size"] = 96
     (broken / "CosyVoice-BlankEN" / "config.json").write_text(json.dumps(cfg))
@@ -72,9 +79,9 @@ def test_wrong_shapes_name_the_file(folder, tmp_path):
         load_cosyvoice(broken)
 
 
-def test_refused_pickle_names_the_file(folder, tmp_path):
+def test_refused_pickle_names_the_file(folder3, tmp_path):
     broken = tmp_path / "broken"
-    shutil.copytree(folder, broken)
+    shutil.copytree(folder3, broken)
     import pickle
     (broken / "flow.pt").write_bytes(pickle.dumps({"x": object()}))
     with pytest.raises(CheckpointError, match="flow.pt"):
@@ -149,8 +156,8 @@ def test_v3_drops_long_silences():
     assert drop_long_silences([5, 1, 1, 1, 1, 1, 1, 1, 7, 1]) == [5, 1, 1, 1, 1, 1, 7, 1]
 
 
-def test_estimates_cover_measured_peaks(folder):
-    eng = make_engine(folder, capacity=1 << 30)
+def test_estimates_cover_measured_peaks(folder3):
+    eng = make_engine(folder3, capacity=1 << 30)
     devices = eng.manager.devices
     peaks: dict[str, tuple[int, int]] = {}
     real_run = None
