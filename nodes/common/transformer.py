@@ -183,3 +183,10 @@ class DecoderLayer(nn.Module):
 def kv_position_bytes(kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
     """K plus V bytes of one position of one layer (for runtime.lm.cache.peak_bytes)."""
     return 2 * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def qwen2_layer(dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int, *, eps: float = 1e-6) -> DecoderLayer:
+    """A Qwen2 block: q/k/v projections with biases, o_proj without, no q/k norm (HF Qwen2 layout)."""
+    layer = DecoderLayer(dim, heads, kv_heads, head_dim, hidden, eps=eps, qk_norm=False, bias=True)
+    layer.self_attn.o_proj = nn.Linear(heads * head_dim, dim, bias=False)
+    return layer

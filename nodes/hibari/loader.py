@@ -21,7 +21,7 @@ import torch
 from ...runtime.paths import cache_dir
 from ..common.download import sha256_of
 from .model import HibariModel
-from .onnx_reader import Graph, OnnxFormatError, read_model
+from ..common.onnx_reader import Graph, OnnxFormatError, read_model
 
 PACKAGE = "hibari-tts==0.2.1"
 HIBARI_ONNX = "hibari.onnx"
