@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ...runtime.loading import CheckpointError, load_module_from_state
-from ..common.checkpoint import load_pickle, state_dict
+from ..common.checkpoint import ModelFolderError, load_pickle, state_dict
 from ..common.onnx_graph import OnnxModule, OnnxRuntimeError
 from ..common.onnx_reader import OnnxFormatError, read_model
 from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
@@ -34,10 +34,6 @@ from .lm import CosyVoiceLM, LMConfig, Qwen2Config
 QWEN_DIR = "CosyVoice-BlankEN"
 # The text lm_head of upstream's Qwen2ForCausalLM (tied to embed_tokens); TTS never uses it.
 UNUSED_LM_KEYS = ("llm.model.lm_head.weight",)
-
-
-class ModelFolderError(FileNotFoundError):
-    """A folder that is not a complete CosyVoice model."""
 
 
 def yaml_path(folder: Path) -> Path | None:

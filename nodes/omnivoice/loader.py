@@ -9,7 +9,6 @@ Modules are built on the meta device and each tensor is read straight into the t
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,8 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, checkpoint_path, load_module, read_safetensors_header
+from ..common import checkpoint
+from ..common.checkpoint import ModelFolderError
 from .codec import CodecConfig, HiggsAudioTokenizer
 from .model import OmniVoiceConfig, OmniVoiceLM
 
@@ -25,20 +26,8 @@ WEIGHTS = ("", "audio_tokenizer")          # folders holding model.safetensors (
 MASKED_SPEC_EMBED = "semantic_model.masked_spec_embed"
 
 
-class ModelFolderError(FileNotFoundError):
-    """A folder that is not a complete OmniVoice model."""
-
-
 def read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ModelFolderError(f"OmniVoice: {path} not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"OmniVoice: {path} is not valid JSON ({e}); the download is incomplete or corrupt") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"OmniVoice: {path} does not hold a JSON object")
-    return data
+    return checkpoint.read_json(path, "OmniVoice")
 
 
 def is_model_folder(folder: Path) -> bool:
