@@ -47,3 +47,20 @@ def load_state_dict(path: str | os.PathLike, key: str | None = None) -> dict[str
     if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
         raise CheckpointError(f"{path}: expected a state dict (names -> tensors), got {type(obj).__name__}")
     return obj
+
+
+def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> torch.nn.Module:
+    """`module.load_state_dict(state)` strictly, with one error naming `path` and every missing,
+    unexpected or mis-shaped key (persistent buffers included)."""
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    mismatched = [f"{k}: checkpoint {list(state[k].shape)}, module {list(own[k].shape)}"
+                  for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
+    if missing or unexpected or mismatched:
+        problems = [f"{what} ({len(keys)}) {', '.join(keys[:8])}{', ...' if len(keys) > 8 else ''}"
+                    for what, keys in (("missing keys", missing), ("unexpected keys", unexpected),
+                                       ("shape mismatch", mismatched)) if keys]
+        raise CheckpointError(f"{path} does not match {type(module).__name__}: " + "; ".join(problems))
+    module.load_state_dict(state, strict=True)
+    return module

@@ -347,15 +347,8 @@ class Vocos(nn.Module):
 def load_vocos(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) -> Vocos:
     """A Vocos model folder in the upstream layout (`config.yaml` + `pytorch_model.bin`, a pickle read
     with `torch.load(weights_only=True)`), loaded strictly, in eval mode on the CPU."""
-    from ...runtime.loading import CheckpointError
-    from .checkpoint import load_state_dict
+    from .checkpoint import load_into, load_state_dict
     folder = Path(folder)
-    cfg = VocosConfig.from_yaml(folder / "config.yaml")
-    model = Vocos(cfg)
+    model = Vocos(VocosConfig.from_yaml(folder / "config.yaml"))
     weights = folder / "pytorch_model.bin"
-    state = load_state_dict(weights)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        raise CheckpointError(f"{weights} does not match Vocos({folder / 'config.yaml'}): {e}") from None
-    return model.to(dtype).eval()
+    return load_into(model, load_state_dict(weights), weights).to(dtype).eval()

@@ -9,36 +9,14 @@ and the whole chunk against `infer_batch_process`. Needs a separate venv: see RE
 """
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
 import torch
 
-from qwen3_tts.torchaudio_shim import install as _cpu_torchaudio
+from f5_tts.upstream_stubs import install as _upstream_stubs
 
-
-class _Anything:
-    def __init__(self, *args, **kwargs) -> None:
-        pass
-
-
-class _Stub(types.ModuleType):
-    """Training/UI-only imports of f5-tts and vocos that inference never uses (wandb, accelerate,
-    datasets, ema_pytorch, librosa, encodec, pydub, matplotlib, transformers): any name is a class
-    taking any arguments."""
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything
-
-
-_cpu_torchaudio()
-for _name in ("wandb", "accelerate", "accelerate.utils", "datasets", "ema_pytorch", "librosa", "librosa.filters",
-              "encodec", "cached_path", "pydub", "soundfile", "matplotlib", "matplotlib.pylab", "transformers"):
-    sys.modules.setdefault(_name, _Stub(_name))
+_upstream_stubs()
 pytest.importorskip("f5_tts")
 pytest.importorskip("vocos")
 

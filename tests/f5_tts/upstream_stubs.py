@@ -1,0 +1,33 @@
+"""Make f5-tts 1.1.22 and vocos 0.1.0 importable for inference only (parity venv only).
+
+Their package imports pull training and UI dependencies inference never uses (wandb, accelerate,
+datasets, ema_pytorch, librosa, encodec, pydub, matplotlib, transformers, ...): each becomes a
+module where any name is a class taking any arguments. The CUDA-linked PyPI torchaudio wheel loads
+through tests/qwen3_tts/torchaudio_shim.py. Call `install()` before importing f5_tts or vocos.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+STUBBED = ("wandb", "accelerate", "accelerate.utils", "datasets", "ema_pytorch", "librosa", "librosa.filters",
+           "encodec", "cached_path", "pydub", "soundfile", "matplotlib", "matplotlib.pylab", "transformers")
+
+
+class _Anything:
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+
+class _Stub(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything
+
+
+def install() -> None:
+    from qwen3_tts.torchaudio_shim import install as cpu_torchaudio
+    cpu_torchaudio()
+    for name in STUBBED:
+        sys.modules.setdefault(name, _Stub(name))
