@@ -30,8 +30,12 @@ def load_pickle(path: str | os.PathLike) -> Any:
                 raise
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{path}: refused: it holds objects other than tensors and plain data "
-                              f"(weights_only=True): {e}") from None
+        found = [line.strip() for line in str(e).splitlines() if "Unsupported global" in line]
+        if found:
+            raise CheckpointError(f"{path}: refused: it holds objects other than tensors and plain data "
+                                  f"(weights_only=True): {found[0]}") from None
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({str(e).splitlines()[0]}); the download "
+                              "is incomplete or corrupt") from None
     except (RuntimeError, EOFError, ValueError) as e:
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({e}); the download is incomplete "
                               "or corrupt") from None
