@@ -14,7 +14,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-ARCH = {"dim": 64, "depth": 2, "heads": 4, "dim_head": 16, "ff_mult": 2, "text_dim": 32, "text_mask_padding": True,
+ARCH = {"dim": 64, "depth": 4, "heads": 4, "dim_head": 16, "ff_mult": 2, "text_dim": 64, "text_mask_padding": True,
         "qk_norm": None, "conv_layers": 2, "pe_attn_head": None, "attn_backend": "torch", "attn_mask_enabled": False,
         "checkpoint_activations": False}
 MEL = {"target_sample_rate": 24000, "n_mel_channels": 100, "hop_length": 256, "win_length": 1024, "n_fft": 1024,
@@ -24,9 +24,9 @@ VOCOS = {
                           "init_args": {"sample_rate": 24000, "n_fft": 1024, "hop_length": 256, "n_mels": 100,
                                         "padding": "center"}},
     "backbone": {"class_path": "vocos.models.VocosBackbone",
-                 "init_args": {"input_channels": 100, "dim": 32, "intermediate_dim": 64, "num_layers": 2}},
+                 "init_args": {"input_channels": 100, "dim": 64, "intermediate_dim": 192, "num_layers": 2}},
     "head": {"class_path": "vocos.heads.ISTFTHead",
-             "init_args": {"dim": 32, "n_fft": 1024, "hop_length": 256, "padding": "same"}},
+             "init_args": {"dim": 64, "n_fft": 1024, "hop_length": 256, "padding": "same"}},
 }
 PINYIN = ("ni3 ni2 hao3 shi4 jie4 jin1 tian1 tian4 qi4 hen3 hao4 wo3 men5 de5 zhong1 wen2 yu3 yin1 he2 cheng2 "
           "ce4 shi4 yi1 yi2 yi4 ge4 ren2 ni3men5 zai4 xue2 xi2 shuo1 hua4 shu4 zi4 ma5 ba5 le5 bu4 bu2 "
