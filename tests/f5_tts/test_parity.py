@@ -101,6 +101,22 @@ def test_tokens_equal_upstream(ours, lang):
         assert ours.tokenizer.encode(text) == list_str_to_idx([up], ours.tokenizer.vocab)[0].tolist()
 
 
+def test_segmentation_equals_rjieba(ours):
+    """Our jieba-driven segmentation against upstream's segmenter (rjieba 0.2.2) on crafted and random text."""
+    import random
+
+    import rjieba
+    cases = ["F5-TTS, v1.2 is 3.5x faster! e-mail: a_b@c.d", "你好F5-TTS世界", "e-mail地址", "x.y.z", "C++很好",
+             "x--y..z", "a.-b", "50%off", "他来到了网易杭研大厦", "小明硕士毕业于中国科学院计算所，后在日本京都大学深造",
+             "2024年1月1日，iPhone15发布。", "吃葡萄不吐葡萄皮\n不吃葡萄倒吐葡萄皮", "  多个   空格  ", "㐀㐁 和 龥 字",
+             "Ｆ５全角字符，ｔｅｓｔ", *(t for pair in TEXTS.values() for t in pair)]
+    rng = random.Random(0)
+    alphabet = "ab1.-_%+# 你好世界人中文，。"
+    cases += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 20))) for _ in range(3000)]
+    differ = [c for c in cases if ours.tokenizer.segments(c) != rjieba.cut(c)]
+    assert not differ, differ[:5]
+
+
 def test_reference_mel_equals_upstream(upstream, ours):
     wav = reference()[None]
     assert torch.equal(ours.mel(wav), upstream[0].mel_spec(wav))
