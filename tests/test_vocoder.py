@@ -1,4 +1,4 @@
-"""The shared Vocos blocks (nodes/common/vocoder.py) and pickle loading (nodes/common/checkpoint.py):
+"""The shared Vocos blocks (nodes/common/vocoder.py) and their safe, strict loading:
 the "same"-padded inverse STFT reconstructs what a matching STFT analysed, mel features follow
 torchaudio's definitions, configs are read as plain data with errors naming file and field, and
 checkpoints load strictly. Where torchaudio / vocos are installed (the F5-TTS parity venv), the
@@ -11,7 +11,6 @@ import pytest
 import torch
 import yaml
 
-from mizuoto.nodes.common.checkpoint import load_into, load_state_dict
 from mizuoto.nodes.common.vocoder import (ISTFT, ConvNeXtBlock, ISTFTHead, MelSpectrogram, MelSpectrogramFeatures,
                                           Vocos, VocosConfig, VocosConfigError, hz_to_mel, load_vocos, mel_filterbank)
 from mizuoto.runtime.loading import CheckpointError
@@ -132,27 +131,15 @@ def test_load_vocos_strict_and_safe(tmp_path):
         load_vocos(tmp_path / "v")
 
 
-def test_pickles_are_weights_only(tmp_path):
-    path = tmp_path / "x.bin"
-    torch.save({"a": torch.ones(2)}, path)
-    assert torch.equal(load_state_dict(path)["a"], torch.ones(2))
-    torch.save({"state_dict": {"a": torch.ones(1)}}, path)
-    assert list(load_state_dict(path, key="state_dict")) == ["a"]
-    with pytest.raises(CheckpointError, match="'model' entry"):
-        load_state_dict(path, key="model")
-    torch.save({"a": [1, 2]}, path)
-    with pytest.raises(CheckpointError, match="expected a state dict"):
-        load_state_dict(path)
+def test_vocos_pickle_with_objects_or_garbage_is_refused(tmp_path):
+    write_vocos(tmp_path / "v")
+    path = tmp_path / "v" / "pytorch_model.bin"
     torch.save({"a": Path("/")}, path)
-    with pytest.raises(CheckpointError, match="refused"):
-        load_state_dict(path)
+    with pytest.raises(CheckpointError, match=r"pytorch_model\.bin: refused"):
+        load_vocos(tmp_path / "v")
     path.write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match=r"x\.bin: not a readable"):
-        load_state_dict(path)
-    with pytest.raises(FileNotFoundError):
-        load_state_dict(tmp_path / "missing.bin")
-    with pytest.raises(CheckpointError, match=r"x\.bin does not match Linear: unexpected keys.*extra"):
-        load_into(torch.nn.Linear(2, 2), {**torch.nn.Linear(2, 2).state_dict(), "extra": torch.ones(1)}, path)
+    with pytest.raises(CheckpointError, match=r"pytorch_model\.bin"):
+        load_vocos(tmp_path / "v")
 
 
 def test_mel_equals_torchaudio():

@@ -1,14 +1,18 @@
-"""Pickled checkpoints (`.pth`, `.pt`, `.bin`, `.ckpt`) read safely: `torch.load(weights_only=True)`
-only (tensors, containers and plain values; never arbitrary objects), memory-mapped where the file
-format allows, on the CPU. Errors name the file.
+"""Pickled checkpoints (`.pt`, `.pth`, `.ckpt`, `.bin`) read safely: `torch.load(weights_only=True)` only.
 
-    state = load_state_dict(folder / "pytorch_model.bin")            # {name: tensor}
-    state = load_state_dict(path, key="state_dict")                   # a nested state dict
+Several upstream engines ship pickles. `weights_only=True` unpickles tensors and plain containers and
+refuses every other global, so a planted pickle cannot run code; `mmap=True` maps the file instead of
+reading it, so a large checkpoint costs page cache, not a second copy in RAM.
+
+    state = state_dict(load_pickle(folder / "model.pth"), folder / "model.pth", key="state_dict", strip="model.")
+    model = load_module_from_state(lambda: Model(config), state, torch.bfloat16, source=folder / "model.pth")
 """
 from __future__ import annotations
 
 import os
 import pickle
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,53 +22,39 @@ from ...runtime.loading import CheckpointError
 
 
 def load_pickle(path: str | os.PathLike) -> Any:
-    """The object a torch pickle holds, loaded with `weights_only=True` on the CPU (mmap for zip files)."""
+    """The object in a torch pickle, unpickled with `weights_only=True` (memory-mapped when the file is a
+    zip archive, torch's format since 1.6). Errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    mmap = zipfile.is_zipfile(path)  # legacy (pre-1.6) pickles cannot be mapped
     try:
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):                # legacy (non-zip) pickles cannot be mapped
-                raise
-            return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        found = [line.strip() for line in str(e).splitlines() if "Unsupported global" in line]
-        if found:
-            raise CheckpointError(f"{path}: refused: it holds objects other than tensors and plain data "
-                                  f"(weights_only=True): {found[0]}") from None
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({str(e).splitlines()[0]}); the download "
-                              "is incomplete or corrupt") from None
-    except (RuntimeError, EOFError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({e}); the download is incomplete "
-                              "or corrupt") from None
+        raise CheckpointError(f"{path}: refused to unpickle (only tensors and plain containers are loaded; "
+                              f"{str(e).splitlines()[0]})") from None
+    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
 
 
-def load_state_dict(path: str | os.PathLike, key: str | None = None) -> dict[str, torch.Tensor]:
-    """A flat {name: tensor} state dict from a torch pickle (`key`: the entry holding it, if nested)."""
-    obj = load_pickle(path)
+def state_dict(obj: Any, path: str | os.PathLike, key: str | None = None, strip: str = "") -> dict[str, torch.Tensor]:
+    """The tensors of a loaded pickle: `obj[key]` when given (a Lightning/training checkpoint), keys
+    starting with `strip` only, with that prefix removed (e.g. "ema_model.")."""
     if key is not None:
-        if not isinstance(obj, dict) or key not in obj:
-            raise CheckpointError(f"{path}: expected a dict with a {key!r} entry")
+        if not isinstance(obj, Mapping) or key not in obj:
+            found = sorted(obj)[:8] if isinstance(obj, Mapping) else type(obj).__name__
+            raise CheckpointError(f"{path}: expected an entry {key!r} holding the weights, found {found}")
         obj = obj[key]
-    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
-        raise CheckpointError(f"{path}: expected a state dict (names -> tensors), got {type(obj).__name__}")
-    return obj
-
-
-def load_into(module: torch.nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike) -> torch.nn.Module:
-    """`module.load_state_dict(state)` strictly, with one error naming `path` and every missing,
-    unexpected or mis-shaped key (persistent buffers included)."""
-    own = module.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    mismatched = [f"{k}: checkpoint {list(state[k].shape)}, module {list(own[k].shape)}"
-                  for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
-    if missing or unexpected or mismatched:
-        problems = [f"{what} ({len(keys)}) {', '.join(keys[:8])}{', ...' if len(keys) > 8 else ''}"
-                    for what, keys in (("missing keys", missing), ("unexpected keys", unexpected),
-                                       ("shape mismatch", mismatched)) if keys]
-        raise CheckpointError(f"{path} does not match {type(module).__name__}: " + "; ".join(problems))
-    module.load_state_dict(state, strict=True)
-    return module
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path}: expected a mapping of tensor names to tensors, got {type(obj).__name__}")
+    out = {}
+    for name, value in obj.items():
+        if not isinstance(name, str) or not name.startswith(strip):
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{path}: entry {name!r} is a {type(value).__name__}, expected a tensor")
+        out[name[len(strip):]] = value
+    if not out:
+        raise CheckpointError(f"{path}: no tensors{f' under {strip!r}' if strip else ''}")
+    return out

@@ -347,8 +347,10 @@ class Vocos(nn.Module):
 def load_vocos(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) -> Vocos:
     """A Vocos model folder in the upstream layout (`config.yaml` + `pytorch_model.bin`, a pickle read
     with `torch.load(weights_only=True)`), loaded strictly, in eval mode on the CPU."""
-    from .checkpoint import load_into, load_state_dict
+    from ...runtime.loading import load_module_from_state
+    from .checkpoint import load_pickle, state_dict
     folder = Path(folder)
-    model = Vocos(VocosConfig.from_yaml(folder / "config.yaml"))
+    cfg = VocosConfig.from_yaml(folder / "config.yaml")
     weights = folder / "pytorch_model.bin"
-    return load_into(model, load_state_dict(weights), weights).to(dtype).eval()
+    state = state_dict(load_pickle(weights), weights)
+    return load_module_from_state(lambda: Vocos(cfg), state, dtype, source=weights).eval()

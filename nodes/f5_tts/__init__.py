@@ -21,7 +21,7 @@ def is_model_folder(folder: Path) -> bool:
 
 ENGINE = EngineSpec(
     engine_id="f5_tts", display_name="F5-TTS", loader_node="MizuotoLoadF5TTS",
-    build=build_engine, is_model_folder=is_model_folder,
+    build=build_engine, is_model_folder=is_model_folder, languages=("auto", "en", "zh"),
     models={"F5TTS_v1_Base": (
         Download("SWivid/F5-TTS", include=("F5TTS_v1_Base/model_1250000.safetensors", "F5TTS_v1_Base/vocab.txt"),
                  strip="F5TTS_v1_Base"),
