@@ -119,3 +119,26 @@ def test_equals_torchdiffeq_odeint(method):
 
     want = torchdiffeq.odeint(lambda t, x: fn(x, t), x0, grid, method=method)[-1]
     assert torch.equal(flow.solve(fn, x0, grid, method=method), want)
+
+
+def test_accumulated_clock_is_cosyvoices_loop():
+    """CosyVoice's solve_euler: t advances by dt, the next dt is measured from that t (not the grid)."""
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(5, 5, generator=g) / 2
+    x0 = torch.randn(1, 5, generator=g)
+    grid = 1 - torch.cos(torch.linspace(0, 1, 11) * 0.5 * torch.pi)       # CosyVoice's cosine schedule
+
+    def fn(x, t):
+        return torch.sin(x @ w) + t
+
+    x, t, dt = x0, grid[0], grid[1] - grid[0]
+    for step in range(1, len(grid)):
+        x = x + dt * fn(x, t)
+        t = t + dt
+        if step < len(grid) - 1:
+            dt = grid[step + 1] - t
+    assert torch.equal(flow.solve(fn, x0, grid, clock="accumulate"), x)
+    down = flow.solve(fn, x0, grid.flip(0), clock="accumulate")          # a grid running from 1 to 0
+    assert torch.isfinite(down).all() and not torch.equal(down, x)
+    with pytest.raises(ValueError, match="clock"):
+        flow.solve(fn, x0, grid, method="midpoint", clock="accumulate")

@@ -87,17 +87,21 @@ def guided(fn: Velocity, strength: float, combine: Combine = extrapolate, *, dou
     return step
 
 
-def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler",
+def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler", clock: str = "grid",
           callback: Callable[[int, int], None] | None = None) -> Tensor:
     """Integrate dx/dt = fn(x, t) from x0 over the grid `times` and return x at `times[-1]`.
 
-    Exactly torchdiffeq's fixed-grid `odeint(fn, x0, times, method=...)[-1]`: t is cast to x's dtype
-    before each call, dt = t1 - t0 as a tensor, Euler x + dt * f(t0, x); midpoint
-    x + dt * f(t0 + dt/2, x + f(t0, x) * dt/2). `callback(done, total)` runs after each step (progress;
-    raise from it to cancel).
+    `clock="grid"` is exactly torchdiffeq's fixed-grid `odeint(fn, x0, times, method=...)[-1]` (F5-TTS):
+    t is cast to x's dtype before each call, dt = t1 - t0 as a tensor, Euler x + dt * f(t0, x);
+    midpoint x + dt * f(t0 + dt/2, x + f(t0, x) * dt/2). `clock="accumulate"` is the hand-written
+    Euler loop of CosyVoice's flow decoder (and the models built on it): t advances as t + dt and the
+    next dt is `times[k + 1] - t`, so t drifts from the grid by rounding; Euler only. Grids may run
+    downwards (dt < 0). `callback(done, total)` runs after each step (progress; raise to cancel).
     """
     if method not in ("euler", "midpoint"):
         raise ValueError(f"method: expected 'euler' or 'midpoint', got {method!r}")
+    if clock not in ("grid", "accumulate") or (clock == "accumulate" and method != "euler"):
+        raise ValueError(f"clock: expected 'grid', or 'accumulate' with Euler, got {clock!r} with {method!r}")
     if times.dim() != 1 or times.numel() < 2:
         raise ValueError(f"times: expected a 1-D grid of at least 2 points, got shape {tuple(times.shape)}")
     real = x0.abs().dtype
@@ -107,16 +111,21 @@ def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler",
 
     x = x0
     total = times.numel() - 1
+    t, dt = times[0], times[1] - times[0]
     for i in range(total):
-        t0, t1 = times[i], times[i + 1]
-        dt = t1 - t0
+        if clock == "grid":
+            t, dt = times[i], times[i + 1] - times[i]
         if method == "euler":
-            dx = dt * f(t0, x)
+            dx = dt * f(t, x)
         else:
             half = 0.5 * dt
-            mid = x + f(t0, x) * half
-            dx = dt * f(t0 + half, mid)
+            mid = x + f(t, x) * half
+            dx = dt * f(t + half, mid)
         x = x + dx
+        if clock == "accumulate":
+            t = t + dt
+            if i + 2 <= total:
+                dt = times[i + 2] - t
         if callback is not None:
             callback(i + 1, total)
     return x
