@@ -19,6 +19,7 @@ gives the same audio however much was streamed or retried.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -119,7 +120,7 @@ class F5TTSEngine(Engine):
                             sway_sampling_coef=o.get("sway_sampling_coef", -1.0), method=str(o.get("method", "euler")))
 
     def flow(self, ctx: RequestContext, mel: Tensor, ids: Tensor, duration: int, settings: FlowSettings,
-             progress=None) -> Tensor:
+             progress: Callable[[int, int], None] | None = None) -> Tensor:
         """The "flow" phase: reference mel + ids -> the whole mel [1, frames, mel] (float32, CPU)."""
         frames = total_frames(ids.shape[1], mel.shape[1], duration)
 
