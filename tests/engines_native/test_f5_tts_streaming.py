@@ -19,7 +19,7 @@ SEED = 5
 UNIT = 64 << 10            # tiny blocks: every DiT block and ConvNeXt block is a unit
 TEXT = "Streaming must not change a sample."
 REF_TEXT = "Some call me nature."
-OPTIONS = {"steps": 8}
+OPTIONS = {"steps": 4}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -114,7 +114,7 @@ def test_units_and_hot_marks(folder):
     assert {"backbone.convnext.0", "backbone.convnext.1"} <= voc
 
 
-@pytest.mark.parametrize("text", ["Hi there, you.", TEXT, TEXT * 4])
+@pytest.mark.parametrize("text", ["Hi there, you.", TEXT * 4])
 def test_flow_and_vocoder_estimates_cover_measured_working_memory(folder, text):
     engine = _engine(folder, 1 << 30)
     devices = engine.manager.devices
@@ -126,7 +126,7 @@ def test_flow_and_vocoder_estimates_cover_measured_working_memory(folder, text):
     estimate = engine.flow_memory(total)
     with engine.manager.request(seed=1) as ctx, ctx.use([engine.dit], estimate), devices.tracking("cpu") as tr:
         with torch.inference_mode():
-            mel = sample(b.dit, cond, ids, total, generator=ctx.generator, settings=FlowSettings(**OPTIONS))
+            mel = sample(b.dit, cond, ids, total, generator=ctx.generator, settings=FlowSettings(steps=2))
     measured = tr.peak_bytes
     print(f"{total} frames: flow estimate {estimate / 2**20:.2f} MiB, measured {measured / 2**20:.2f} MiB")
     assert measured <= estimate <= 4 * measured + (1 << 20)
