@@ -84,3 +84,16 @@ def write_tiny_checkpoint(folder: Path, seed: int = 0) -> Path:
     randomize(voc.head, seed + 2, scale=0.05)
     torch.save(voc.state_dict(), folder / "vocos" / "pytorch_model.bin")
     return folder
+
+
+def conformance_case(root: Path):
+    """The tiny model and a short voice-clone request, 4 flow steps (tests/engines_native/test_conformance.py)."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    folder = write_tiny_checkpoint(Path(root) / "tiny", seed=6)
+    t = torch.arange(int(16000 * 0.6)) / 16000               # at 16 kHz: the pipeline resamples it
+    ref = 0.1 * torch.sin(2 * torch.pi * 170 * t) * (1 + torch.sin(2 * torch.pi * 3 * t))
+    return Case(folder, SpeakRequest("Hello world. The quick brown fox!", seed=9, language="en",
+                                     reference={"waveform": ref.reshape(1, 1, -1), "sample_rate": 16000},
+                                     reference_text="Some call me nature.", options={"steps": 4}))
