@@ -26,7 +26,6 @@ import torch
 from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
-from ...runtime.units import MIN_UNIT_BYTES
 from ..common.engine import Capabilities, Chunk, Engine
 from .loader import F5Bundle
 from .sample import FlowSettings, sample, total_frames
@@ -58,7 +57,7 @@ class F5TTSEngine(Engine):
     options = {"steps": int, "cfg_strength": float, "sway_sampling_coef": float, "method": str}
 
     def __init__(self, bundle: F5Bundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 name: str | None = None, min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
+                 name: str | None = None, min_unit_bytes: int | None = None) -> None:
         self.bundle = bundle
         self.dit = ModelHandle(bundle.dit, name="dit", kind="oneshot", min_unit_bytes=min_unit_bytes)
         for module in bundle.dit.step_modules():      # run every ODE step: keep them resident first
