@@ -135,7 +135,7 @@ def test_vocos_pickle_with_objects_or_garbage_is_refused(tmp_path):
     write_vocos(tmp_path / "v")
     path = tmp_path / "v" / "pytorch_model.bin"
     torch.save({"a": Path("/")}, path)
-    with pytest.raises(CheckpointError, match=r"pytorch_model\.bin: refused"):
+    with pytest.raises(CheckpointError, match=r"pytorch_model\.bin: not loaded.*pathlib"):
         load_vocos(tmp_path / "v")
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match=r"pytorch_model\.bin"):
@@ -160,9 +160,11 @@ def test_vocos_equals_upstream(tmp_path):
     """Where vocos imports (the parity venv): features and audio of a random Vocos equal upstream's."""
     import sys
     sys.path.insert(0, str(Path(__file__).parent))
-    from f5_tts.upstream_stubs import install
+    from f5_tts.upstream_stubs import available, install
+    if not available():
+        pytest.skip("needs vocos 0.1.0 (the F5-TTS parity venv)")
     install()
-    vocos = pytest.importorskip("vocos")
+    import vocos
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(TINY))
     up = vocos.Vocos.from_hparams(str(tmp_path / "config.yaml"))
     g = torch.Generator().manual_seed(0)

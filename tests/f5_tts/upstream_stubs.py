@@ -2,11 +2,14 @@
 
 Their package imports pull training and UI dependencies inference never uses (wandb, accelerate,
 datasets, ema_pytorch, librosa, encodec, pydub, matplotlib, transformers, ...): each becomes a
-module where any name is a class taking any arguments. The CUDA-linked PyPI torchaudio wheel loads
-through tests/qwen3_tts/torchaudio_shim.py. Call `install()` before importing f5_tts or vocos.
+module where any name is a class taking any arguments, unless that package is installed (a real
+package is never shadowed). The CUDA-linked PyPI torchaudio wheel loads through
+tests/qwen3_tts/torchaudio_shim.py. Call `install()` before importing f5_tts or vocos, and only where
+they are installed (`available()`): the stubs stay for the rest of the session.
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import types
 
@@ -26,8 +29,14 @@ class _Stub(types.ModuleType):
         return _Anything
 
 
+def available() -> bool:
+    """f5-tts and vocos are installed (the parity venv)."""
+    return importlib.util.find_spec("vocos") is not None and importlib.util.find_spec("f5_tts.model") is not None
+
+
 def install() -> None:
     from qwen3_tts.torchaudio_shim import install as cpu_torchaudio
     cpu_torchaudio()
     for name in STUBBED:
-        sys.modules.setdefault(name, _Stub(name))
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            sys.modules.setdefault(name, _Stub(name))
