@@ -37,6 +37,8 @@ def available() -> bool:
 def install() -> None:
     from qwen3_tts.torchaudio_shim import install as cpu_torchaudio
     cpu_torchaudio()
+    missing = {top for top in {n.split(".")[0] for n in STUBBED}
+               if top not in sys.modules and importlib.util.find_spec(top) is None}
     for name in STUBBED:
-        if importlib.util.find_spec(name.split(".")[0]) is None:
+        if name.split(".")[0] in missing:
             sys.modules.setdefault(name, _Stub(name))
