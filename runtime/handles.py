@@ -52,6 +52,7 @@ class ModelHandle:
         self.in_use = 0
         self.last_used = 0.0
         self.keep_host = True
+        self.async_offload: int | None = None  # the running request's compute.async_offload (streamer slots)
         self._min_unit_bytes = min_unit_bytes
         self._tiny_unit_bytes = tiny_unit_bytes
         self._marks: dict[str, list[nn.Module]] = {m: [] for m in MARKS}

@@ -42,18 +42,19 @@ class ModelManager:
         self.devices = devices
         self.arbiter = arbiter  # ComfyUI's memory arbitration, when running inside ComfyUI
         self._policy = policy if policy is not None else VramPolicy()
-        self._request_policy: VramPolicy | None = None  # a request's per-call overrides, during its load
         self.calibration = calibration if calibration is not None else Calibration()
         self.handles: list[ModelHandle] = []
         self._streamers: dict[str, Streamer] = {}
         self._pins = PinBudget(self.policy.max_pinned_bytes())
         self._cond = threading.Condition(threading.RLock())
         self._owners: dict[ModelHandle, object] = {}  # handle -> request using it
+        self._working: dict[object, int] = {}         # request -> working memory of its current phase (gpu_jobs)
         self.last_decisions: dict[str, dict] = {}
 
     @property
     def policy(self) -> VramPolicy:
-        return self._request_policy if self._request_policy is not None else self._policy
+        """The process policy; a request's own (with its per-call overrides) is passed explicitly."""
+        return self._policy
 
     @policy.setter
     def policy(self, policy: VramPolicy) -> None:
@@ -91,14 +92,14 @@ class ModelManager:
         return self._streamers[key]
 
     # ---- the budget ---------------------------------------------------------------------------
-    def reserve_bytes(self, device: torch.device | str) -> int:
-        mb = self.policy.get("compute.vram_reserve_mb")
+    def reserve_bytes(self, device: torch.device | str, policy: VramPolicy | None = None) -> int:
+        mb = (policy or self._policy).get("compute.vram_reserve_mb")
         if mb is None:
             return default_vram_reserve(device, self.devices.is_simulated(device))
         return mb * MB
 
-    def free_bytes(self, device: torch.device | str) -> int:
-        limit = self.policy.get("compute.vram_limit_mb")
+    def free_bytes(self, device: torch.device | str, policy: VramPolicy | None = None) -> int:
+        limit = (policy or self._policy).get("compute.vram_limit_mb")
         return self.devices.free(device, None if limit is None else limit * MB)
 
     def working_bytes(self, handles: Iterable[ModelHandle], memory: int) -> int:
@@ -113,29 +114,28 @@ class ModelManager:
     def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None) -> dict[str, dict]:
         """Place a phase's components for `memory` bytes of working memory; marks them in use."""
         decisions: dict[str, dict] = {}
-        with self._cond, self._policy_of(owner):
+        policy = getattr(owner, "policy", None) or self._policy
+        with self._cond:
             for h in handles:
                 if h not in self.handles:
                     raise ValueError(f"load: component {h.name!r} is not registered with this manager")
-            for device in {str(h.device) for h in handles}:
-                group = [h for h in handles if str(h.device) == device]
-                if self.devices.is_managed(device):
-                    self._wait_for_room(group, memory, owner)
-                    decisions |= self._load_group(torch.device(device), group, memory)
-            for h in handles:
+            for h in handles:  # in use before placement starts: no upkeep or other request takes them meanwhile
                 h.in_use += 1
-                h.touch()
+                h.async_offload = policy.get("compute.async_offload")
                 self._owners[h] = owner
+            try:
+                for device in {str(h.device) for h in handles}:
+                    group = [h for h in handles if str(h.device) == device]
+                    if self.devices.is_managed(device):
+                        self._wait_for_room(group, memory, owner, policy)
+                        decisions |= self._load_group(torch.device(device), group, memory, policy)
+            except BaseException:
+                self.release(handles)
+                raise
+            for h in handles:
+                h.touch()
         self.last_decisions = decisions
         return decisions
-
-    @contextmanager
-    def _policy_of(self, owner: object):
-        self._request_policy = getattr(owner, "policy", None)
-        try:
-            yield
-        finally:
-            self._request_policy = None
 
     def release(self, handles: list[ModelHandle]) -> None:
         with self._cond:
@@ -145,13 +145,17 @@ class ModelManager:
                 if h.in_use == 0:
                     h.settle()
                     self._owners.pop(h, None)
+                    h.async_offload = None
                     self.streamer(h.device).drop(h)  # idle copies would hold memory nobody accounts for
+            for owner in [o for o in self._working if o not in self._owners.values()]:
+                del self._working[owner]
             self._cond.notify_all()
 
-    def _load_group(self, device: torch.device, group: list[ModelHandle], memory: int) -> dict[str, dict]:
-        mode = self.policy.get("compute.vram_mode")
+    def _load_group(self, device: torch.device, group: list[ModelHandle], memory: int,
+                    policy: VramPolicy) -> dict[str, dict]:
+        mode = policy.get("compute.vram_mode")
         working = self.working_bytes(group, memory)
-        reserve = self.reserve_bytes(device)
+        reserve = self.reserve_bytes(device, policy)
         pending = sum(h.size_bytes - h.loaded_bytes for h in group)
         if mode == "none":
             pending = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group)
@@ -159,10 +163,10 @@ class ModelManager:
         if self.arbiter is not None:
             minimum = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group) + working
             self.arbiter.make_room(device, group, working, minimum)
-        free = self.free_bytes(device)
+        free = self.free_bytes(device, policy)
         if free < need:
-            self.make_room(device, need - free, exclude=group, reason=", ".join(h.name for h in group))
-            free = self.free_bytes(device)
+            self.make_room(device, need - free, exclude=group, reason=", ".join(h.name for h in group), policy=policy)
+            free = self.free_bytes(device, policy)
         # Room for the weights: free memory plus what the group already holds.
         room = free + sum(h.loaded_bytes for h in group) - working - reserve
         decisions = {}
@@ -171,11 +175,12 @@ class ModelManager:
             h = remaining.pop(0)
             others_min = sum(o.min_working_set for o in remaining)
             budget = room - others_min if remaining else room
-            decisions[h.name] = self._place(h, mode, budget, free, working, reserve)
+            decisions[h.name] = self._place(h, mode, budget, free, working, reserve, policy)
             room -= h.loaded_bytes
         return decisions
 
-    def _place(self, h: ModelHandle, mode: str, budget: int, free: int, working: int, reserve: int) -> dict:
+    def _place(self, h: ModelHandle, mode: str, budget: int, free: int, working: int, reserve: int,
+               policy: VramPolicy) -> dict:
         if mode == "none":
             budget = h.layout.fixed_bytes  # every unit streams
         elif mode == "low":
@@ -186,7 +191,7 @@ class ModelManager:
             log.warning("%s: %.0f MB available is below its minimum working set of %.0f MB; trying anyway",
                         h.name, budget / MB, h.min_working_set / MB)
             budget = h.min_working_set
-        h.keep_host = self.keep_host_copies()
+        h.keep_host = self.keep_host_copies(policy)
         h.load(budget)
         decision = {"loaded_mb": h.loaded_bytes / MB, "size_mb": h.size_bytes / MB}
         if h.partial:
@@ -202,11 +207,12 @@ class ModelManager:
                      h.name, reason, decision["loaded_mb"], decision["size_mb"], free / MB, working / MB, reserve / MB)
         return decision
 
-    def keep_host_copies(self) -> bool:
+    def keep_host_copies(self, policy: VramPolicy | None = None) -> bool:
         """compute.host_copies: on, off, or auto (keep while free RAM is above compute.ram_reserve_mb)."""
-        setting = self.policy.get("compute.host_copies")
+        policy = policy or self._policy
+        setting = policy.get("compute.host_copies")
         if setting == "auto":
-            return psutil.virtual_memory().available > self.policy.ram_reserve_bytes()
+            return psutil.virtual_memory().available > policy.ram_reserve_bytes()
         return setting == "on"
 
     def yield_order(self, device: torch.device | str, exclude: Iterable[ModelHandle] = ()) -> list[ModelHandle]:
@@ -217,9 +223,9 @@ class ModelManager:
         return sorted(idle, key=lambda h: (not h.partial, h.pinned, h.last_used))
 
     def make_room(self, device: torch.device | str, nbytes: int, exclude: Iterable[ModelHandle] = (),
-                  reason: str = "") -> int:
+                  reason: str = "", policy: VramPolicy | None = None) -> int:
         """Idle components yield `nbytes` (unit by unit, or whole in high/shared mode)."""
-        whole = self.policy.get("compute.vram_mode") in ("high", "shared")
+        whole = (policy or self._policy).get("compute.vram_mode") in ("high", "shared")
         freed = 0
         for h in self.yield_order(device, exclude):
             if freed >= nbytes:
@@ -233,18 +239,21 @@ class ModelManager:
             self.devices.empty_cache(device)
         return freed
 
-    def _wait_for_room(self, group: list[ModelHandle], memory: int, owner: object) -> None:
-        """With gpu_jobs > 1, wait (cancellable, up to 10 min) while another request holds the device."""
-        if self.policy.get("compute.gpu_jobs") <= 1:
+    def _wait_for_room(self, group: list[ModelHandle], memory: int, owner: object, policy: VramPolicy) -> None:
+        """With gpu_jobs > 1, wait (cancellable, up to 10 min) while another request holds the device:
+        the room counts what the running requests' phases will still allocate (their working memory)."""
+        if policy.get("compute.gpu_jobs") <= 1:
             return
         device = group[0].device
         deadline = time.monotonic() + GPU_JOB_WAIT_S
+        self._working[owner] = self.working_bytes(group, memory)
         while True:
-            minimum = sum(h.size_bytes if self.policy.get("compute.vram_mode") == "high" else h.min_working_set
-                          for h in group) + self.working_bytes(group, memory) + self.reserve_bytes(device)
-            available = self.free_bytes(device) + sum(h.loaded_bytes for h in self.yield_order(device, group))
+            minimum = sum(h.size_bytes if policy.get("compute.vram_mode") == "high" else h.min_working_set
+                          for h in group) + self._working[owner] + self.reserve_bytes(device, policy)
+            available = self.free_bytes(device, policy) + sum(h.loaded_bytes for h in self.yield_order(device, group))
             available += sum(h.loaded_bytes for h in group)
             busy = [h for h, o in self._owners.items() if o is not owner and str(h.device) == str(device)]
+            available -= sum(w for o, w in self._working.items() if o is not owner and o in self._owners.values())
             if available >= minimum or not busy:
                 return
             if owner is not None and getattr(owner, "cancelled", False):

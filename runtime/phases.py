@@ -37,7 +37,7 @@ class RequestContext:
     def __init__(self, manager: ModelManager, seed: int = 0, cancel: threading.Event | None = None,
                  settings: dict[str, Any] | None = None) -> None:
         self.manager = manager
-        self.policy = manager.policy.with_overrides(settings) if settings else manager.policy
+        self.policy = manager.policy.for_request(settings) if settings is not None else manager.policy
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
         self.cancel_event = cancel if cancel is not None else threading.Event()

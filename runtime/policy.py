@@ -135,6 +135,17 @@ _COMPUTE: dict[str, tuple[Any, _Kind]] = {
 }
 
 
+# Read outside any request (upkeep, pinning, the device, CUDA's start), so a request cannot change them.
+PROCESS_WIDE = {
+    "compute.max_resident_models": "kept by the upkeep between requests",
+    "compute.unload_after_minutes": "kept by the upkeep between requests",
+    "compute.ram_reserve_mb": "kept by the upkeep between requests",
+    "compute.simulate_vram_mb": "chooses the device when the runtime starts",
+    "compute.max_pinned_mb": "one pin budget for every model",
+    "compute.cuda_allocator": "fixed when CUDA starts",
+}
+
+
 def _kind(key: str, source: str) -> _Kind:
     if key in _COMPUTE:
         return _COMPUTE[key][1]
@@ -257,6 +268,20 @@ class VramPolicy:
         for key, value in _flatten(mapping):
             derived._set(key, value, "per-call override")
         return derived
+
+    def for_request(self, settings: Mapping[str, Any]) -> VramPolicy:
+        """`with_overrides` for one request's settings (the Runtime Settings node, `manager.request`):
+        keys that only work for the whole process are refused, naming where to set them."""
+        if not isinstance(settings, Mapping):
+            raise SettingsError(f"per-request settings: expected a mapping of setting names to values, got "
+                                f"{type(settings).__name__}")
+        for key, _ in _flatten(settings):
+            if key in PROCESS_WIDE or _ENGINE_KEY.fullmatch(key):
+                env = _ENV_PREFIX + key.removeprefix("compute.").upper() if key in PROCESS_WIDE else "MIZUOTO_SETTINGS"
+                raise SettingsError(f"setting {key!r} applies to the whole process ({PROCESS_WIDE.get(key, 'read when a model is loaded')}), "
+                                    f"not to one request: set it in {config_dir() / 'settings.json'} or the "
+                                    f"environment variable {env}")
+        return self.with_overrides(settings)
 
     def get(self, key: str) -> Any:
         """The value of `key`; KeyError for a key that does not exist."""

@@ -89,8 +89,11 @@ class Streamer:
             pin_budget.serve(self.device)
 
     def slots(self, handle: ModelHandle) -> int:
-        """Copies held at once for a component: one for sequence models, async_offload + 1 otherwise."""
-        return 1 if handle.kind == "sequence" else self.async_offload + 1
+        """Copies held at once for a component: one for sequence models, async_offload + 1 otherwise (the
+        running request's compute.async_offload while a phase holds it, else the process setting)."""
+        if handle.kind == "sequence":
+            return 1
+        return (self.async_offload if handle.async_offload is None else handle.async_offload) + 1
 
     # ---- called by the hooks ----------------------------------------------------------------
     def acquire(self, handle: ModelHandle, unit: Unit) -> None:

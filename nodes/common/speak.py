@@ -114,7 +114,7 @@ class MizuotoRuntimeSettings:
             except SettingsError as e:
                 raise ValueError(f"more: expected a JSON object of settings, e.g. {{\"compute.gpu_jobs\": 2}} ({e})") from None
         try:
-            VramPolicy().with_overrides(out)  # every key and value validated here, not mid-run
+            VramPolicy().for_request(out)  # every key and value validated here, not mid-run
         except SettingsError as e:
             raise ValueError(str(e)) from None
         return (out,)

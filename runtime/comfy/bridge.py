@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ class ComponentPatcher:
         self.parent = None
         self.clone_base_uuid = uuid.uuid4()
         self.is_multigpu_base_clone = False
-        self.freed_log: list[tuple[int, int]] = []  # (asked, freed) per partially_unload, for reports
+        self.freed_log: deque[tuple[int, int]] = deque(maxlen=32)  # (asked, freed) of ComfyUI's last requests
 
     # ---- identity and description ------------------------------------------------------------
     def is_clone(self, other: object) -> bool:
