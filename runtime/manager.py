@@ -47,9 +47,16 @@ class ModelManager:
         self._streamers: dict[str, Streamer] = {}
         self._pins = PinBudget(self.policy.max_pinned_bytes())
         self._cond = threading.Condition(threading.RLock())
+        if arbiter is not None:
+            arbiter.lock = self._cond
         self._owners: dict[ModelHandle, object] = {}  # handle -> request using it
         self._working: dict[object, int] = {}         # request -> working memory of its current phase (gpu_jobs)
         self.last_decisions: dict[str, dict] = {}
+
+    @property
+    def lock(self) -> threading.Condition:
+        """Held by every placement change: phases' loads and releases, upkeep, evictions, ComfyUI's frees."""
+        return self._cond
 
     @property
     def policy(self) -> VramPolicy:
@@ -63,16 +70,17 @@ class ModelManager:
     # ---- registry -----------------------------------------------------------------------------
     def register(self, handle: ModelHandle, engine: str, device: torch.device | str = "cpu") -> ModelHandle:
         """Put a component under management on `device` (where it computes)."""
-        if handle in self.handles:
-            raise ValueError(f"register: component {handle.name!r} is already registered")
-        device = self.devices.normalize(device)  # `cuda` and `cuda:0` are one device, with one streamer
-        handle.engine = engine
-        handle.pinned = handle.name in self.policy.get(f"engines.{engine}.pinned_models")
-        handle.attach(self.devices, device, self.streamer(device))
-        self.handles.append(handle)
-        if self.arbiter is not None:
-            self.arbiter.register(handle)
-        return handle
+        with self._cond:
+            if handle in self.handles:
+                raise ValueError(f"register: component {handle.name!r} is already registered")
+            device = self.devices.normalize(device)  # `cuda` and `cuda:0` are one device, with one streamer
+            handle.engine = engine
+            handle.pinned = handle.name in self.policy.get(f"engines.{engine}.pinned_models")
+            handle.attach(self.devices, device, self.streamer(device))
+            self.handles.append(handle)
+            if self.arbiter is not None:
+                self.arbiter.register(handle)
+            return handle
 
     def unregister(self, handle: ModelHandle) -> None:
         with self._cond:

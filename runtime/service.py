@@ -43,6 +43,7 @@ class Model:
     engine: Any = None      # what `load` built; the service holds the only strong reference
     active: int = 0         # requests using the model now, between their phases too
     refs: int = 0           # live references (loader outputs) that may use it again
+    serial: threading.Lock = field(default_factory=threading.Lock)   # one request at a time
 
     @property
     def busy(self) -> bool:
@@ -62,8 +63,10 @@ class RuntimeService:
         self.manager = manager
         self.clock = clock
         self.models: dict[str, Model] = {}
-        self._lock = threading.RLock()
+        # The manager's lock: upkeep, RAM relief, releases and evictions never interleave with placement.
+        self._lock = manager.lock
         self._refs: dict[str, int] = {}
+        self._upkeep: tuple[threading.Thread, threading.Event] | None = None
 
     @property
     def policy(self):
@@ -100,7 +103,8 @@ class RuntimeService:
             model = self.models[name]
             model.active += 1
         try:
-            yield engine
+            with model.serial:             # two requests on one model take turns (shared hooks and caches)
+                yield engine
         finally:
             with self._lock:
                 model.active -= 1
@@ -234,3 +238,29 @@ class RuntimeService:
             self.manager.unload_all()
             for device in {str(h.device) for h in self.manager.handles}:
                 self.manager.devices.empty_cache(device)
+
+    # ---- upkeep on its own timer ------------------------------------------------------------------
+    def start_upkeep(self, interval: float = 30.0) -> None:
+        """Run `maintain` every `interval` seconds on a daemon thread (idle models unload even while
+        nobody speaks); `stop_upkeep` ends it."""
+        if self._upkeep is not None:
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(interval):
+                try:
+                    self.maintain()
+                except Exception:  # upkeep must never die: log and try again next time
+                    log.exception("runtime upkeep failed")
+
+        thread = threading.Thread(target=loop, name="mizuoto-upkeep", daemon=True)
+        self._upkeep = (thread, stop)
+        thread.start()
+
+    def stop_upkeep(self) -> None:
+        if self._upkeep is not None:
+            thread, stop = self._upkeep
+            stop.set()
+            thread.join()
+            self._upkeep = None

@@ -61,7 +61,11 @@ def build_runtime(policy: VramPolicy | None = None, strict: bool = False) -> Pac
         if arbiter is None:
             device = next((d for d in devices.devices() if d.type != "cpu"), torch.device("cpu"))
     manager = ModelManager(devices, policy, arbiter=arbiter)
-    return PackRuntime(devices, manager, RuntimeService(manager), torch.device(device))
+    service = RuntimeService(manager)
+    minutes = policy.get("compute.unload_after_minutes")
+    if minutes is not None:  # idle models unload on time even while nobody speaks
+        service.start_upkeep(interval=min(60.0, minutes * 15.0))
+    return PackRuntime(devices, manager, service, torch.device(device))
 
 
 def get_runtime() -> PackRuntime:

@@ -15,6 +15,11 @@ MB = 1 << 20
 
 def runtime_report(runtime: PackRuntime) -> dict[str, Any]:
     """Every registered component with its loaded / streamed / host / total bytes, and the last meta."""
+    with runtime.manager.lock:  # a consistent view, never mid-placement
+        return _report(runtime)
+
+
+def _report(runtime: PackRuntime) -> dict[str, Any]:
     components = [{
         "name": h.name,
         "engine": h.engine,

@@ -13,6 +13,7 @@ argument so tests can run it against a real ComfyUI and against an in-repo stand
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import deque
 from types import ModuleType
@@ -32,7 +33,8 @@ MB = 1 << 20
 class ComponentPatcher:
     """What ComfyUI's LoadedModel needs from a model, backed by one of our ModelHandles."""
 
-    def __init__(self, handle: ModelHandle, load_device: torch.device) -> None:
+    def __init__(self, handle: ModelHandle, load_device: torch.device, lock=None) -> None:
+        self.lock = lock if lock is not None else threading.RLock()  # the manager's placement lock
         self.handle = handle
         self.model = handle.module  # weak-referenced by ComfyUI; the handle holds it strongly
         self.load_device = load_device
@@ -81,9 +83,10 @@ class ComponentPatcher:
         return 0
 
     def partially_unload(self, device_to, memory_to_free: int) -> int:
-        if self.handle.in_use:
-            return 0  # a running phase never yields; ComfyUI then drops only its list entry
-        freed = self.handle.partially_unload(int(memory_to_free))
+        with self.lock:
+            if self.handle.in_use:
+                return 0  # a running phase never yields; ComfyUI then drops only its list entry
+            freed = self.handle.partially_unload(int(memory_to_free))
         self.freed_log.append((int(memory_to_free), freed))
         if freed:
             self.handle.gave_up_for = "ComfyUI"
@@ -93,9 +96,10 @@ class ComponentPatcher:
 
     def detach(self, unpatch_all: bool = True) -> None:
         # unpatch_all=False comes with every re-request of the same model: keep the weights.
-        if unpatch_all and not self.handle.in_use:
-            self.handle.unload()
-            self.handle.cap_bytes = None
+        with self.lock:
+            if unpatch_all and not self.handle.in_use:
+                self.handle.unload()
+                self.handle.cap_bytes = None
 
 
 class ComfyArbiter:
@@ -106,9 +110,10 @@ class ComfyArbiter:
             import comfy.model_management as mm  # only when running inside ComfyUI
         self.mm = mm
         self.patchers: dict[ModelHandle, ComponentPatcher] = {}
+        self.lock = threading.RLock()  # replaced by the manager's lock when a ModelManager takes this arbiter
 
     def register(self, handle: ModelHandle) -> ComponentPatcher:
-        patcher = ComponentPatcher(handle, handle.device)
+        patcher = ComponentPatcher(handle, handle.device, self.lock)
         self.patchers[handle] = patcher  # ComfyUI keeps weak references only
         return patcher
 
