@@ -1,0 +1,151 @@
+"""Fish Speech inference as plain functions of the modules (no runtime): prompt, dual-AR loop, sampling.
+
+    ids = build_prompt(tokenizer, text, ref_text, ref_codes)          # [1 + num_codebooks, T] int64
+    codes = generate_codes(model, ids, Sampling(), generator, im_end)  # [num_codebooks, frames]
+    wav = codec.decode(codes)
+
+This follows fish-speech 0.1.0 (`models/text2semantic/inference.py`, `content_sequence.py`) for one
+request: the interleave prompt `<|interleave|>` [`<|speaker:0|>` reference text, reference codes,
+`<|im_end|>`] `<|speaker:0|>` text; one slow step per frame, then the fast LM fills codebooks 1..N-1
+from the slow hidden state. Upstream's sampling, kept as it is:
+- temperature, top-p and repetition penalty are bfloat16 numbers (0.8 -> 0.80078125);
+- repetition penalty over a window of the last 16 generated frames (zeros before the window is
+  full); the slow step penalises the window's first frame across all rows (upstream indexes
+  `previous_tokens[:, 0]`), each fast step its own codebook's row; the first frame has none;
+- top-p before temperature; a token is drawn as argmax(p / q) with q ~ Exp(1) from the generator;
+- fast logits cut to the first 1024 entries; generation stops after the frame whose token is
+  `<|im_end|>` (never on the first frame); the last generated frame is dropped.
+`do_sample=False` takes the argmax after the repetition penalty. The draws come from a CPU
+`torch.Generator`, so a seed gives the same codes on any device.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ...runtime.lm.cache import DynamicCache, make_cache
+from .model import DualARTransformer
+from .tokenizer import FishTokenizer
+
+WINDOW = 16             # repetition-penalty window (frames)
+FAST_VOCAB = 1024       # upstream samples the fast codebooks from the first 1024 logits
+
+
+@dataclass
+class Sampling:
+    do_sample: bool = True
+    temperature: float = 0.8
+    top_p: float = 0.8
+    repetition_penalty: float = 1.1
+    max_new_tokens: int = 1024
+
+    def validate(self) -> None:
+        if not 0 < self.temperature < 2:
+            raise ValueError(f"temperature: expected in (0, 2), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: expected in (0, 1], got {self.top_p}")
+        if not 0 < self.repetition_penalty < 2:
+            raise ValueError(f"repetition_penalty: expected in (0, 2), got {self.repetition_penalty}")
+        if int(self.max_new_tokens) < 2:
+            raise ValueError(f"max_new_tokens: expected >= 2, got {self.max_new_tokens}")
+
+
+def _bf16(x: float) -> Tensor:
+    return torch.tensor(x, dtype=torch.bfloat16)
+
+
+def sample(logits: Tensor, s: Sampling, previous: Tensor | None, generator: torch.Generator | None) -> int:
+    """One token from float32 CPU logits [V] (upstream's logits_to_probs + multinomial_sample_one_no_sync)."""
+    logits = logits.clone()
+    if previous is not None:
+        penalty = _bf16(s.repetition_penalty)
+        prev = previous.long()
+        score = logits.gather(0, prev)
+        score = torch.where(score < 0, score * penalty, score / penalty)
+        logits.scatter_(0, prev, score)
+    if not s.do_sample:
+        return int(torch.argmax(logits))
+    sorted_logits, sorted_idx = torch.sort(logits, descending=True)
+    cum = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1)
+    remove = cum > _bf16(s.top_p)
+    remove[0] = False
+    logits = logits.masked_fill(remove.scatter(0, sorted_idx, remove), -float("inf"))
+    probs = torch.softmax(logits / torch.clip(_bf16(s.temperature), min=1e-5), dim=-1)
+    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    return int(torch.argmax(probs / q))
+
+
+def build_prompt(tokenizer: FishTokenizer, text: str, num_codebooks: int, ref_text: str | None = None,
+                 ref_codes: Tensor | None = None) -> Tensor:
+    """The prompt [1 + num_codebooks, T] (int64): token ids in row 0, reference codes under their
+    semantic tokens in rows 1.. (zeros elsewhere)."""
+    parts: list[tuple[str, Tensor | None]] = [("<|interleave|>", None)]
+    if ref_codes is not None:
+        if ref_codes.dim() != 2 or ref_codes.shape[0] != num_codebooks:
+            raise ValueError(f"reference codes: expected [{num_codebooks}, frames], got {list(ref_codes.shape)}")
+        parts += [("<|speaker:0|>", None), (ref_text or "", None), ("", ref_codes), ("<|im_end|>", None)]
+    parts += [("<|speaker:0|>", None), (text, None)]
+    columns = []
+    for piece, codes in parts:
+        if codes is None:
+            ids = torch.tensor(tokenizer.encode(piece), dtype=torch.long)
+            col = torch.zeros(num_codebooks + 1, ids.numel(), dtype=torch.long)
+            col[0] = ids
+        else:
+            codes = codes.long().cpu()
+            col = torch.cat([codes[:1] + tokenizer.semantic_begin_id, codes], dim=0)
+        columns.append(col)
+    return torch.cat(columns, dim=1)
+
+
+def decode_frame(model: DualARTransformer, x: Tensor, cache, start: int, s: Sampling, window: Tensor | None,
+                 generator: torch.Generator | None) -> Tensor:
+    """One slow step over `x` [1 + N, T] at positions start.., then the fast LM: the new frame [1 + N]."""
+    c = model.config
+    logits, hidden = model.forward_slow(x, cache, start)
+    token = sample(logits.float().cpu(), s, window[:, 0] if window is not None else None, generator)
+    frame = [token]
+    fast = DynamicCache()
+    model.forward_fast(hidden, fast, 0)
+    code = min(max(token - model.semantic_begin_id, 0), c.codebook_size - 1)
+    frame.append(code)
+    device = hidden.device
+    for i in range(1, c.num_codebooks):
+        h = model.fast_embeddings(torch.tensor([[code]], device=device))
+        logits = model.forward_fast(h, fast, i)[:FAST_VOCAB]
+        code = sample(logits.float().cpu(), s, window[i + 1] if window is not None else None, generator)
+        frame.append(code)
+    return torch.tensor(frame, dtype=torch.long)
+
+
+def generate_codes(model: DualARTransformer, prompt: Tensor, s: Sampling, generator: torch.Generator | None,
+                   im_end_id: int, cache_kind: str = "dynamic", check: Callable[[], None] | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> Tensor:
+    """The dual-AR loop: codes [num_codebooks, frames] (int64, CPU), the end frame dropped."""
+    s.validate()
+    c = model.config
+    device = model.embeddings.weight.device
+    steps = min(int(s.max_new_tokens), c.max_seq_len - prompt.shape[1])
+    if steps < 2:
+        raise ValueError(f"the prompt ({prompt.shape[1]} tokens) leaves no room in max_seq_len {c.max_seq_len}")
+    cache = make_cache(cache_kind)
+    frame = decode_frame(model, prompt.to(device), cache, 0, s, None, generator)
+    frames = [frame]
+    history = torch.zeros(c.num_codebooks + 1, max(steps, WINDOW), dtype=torch.long)
+    pos = prompt.shape[1]
+    for i in range(steps - 1):
+        if check is not None:
+            check()
+        window = history[:, :WINDOW] if i < WINDOW else history[:, i - WINDOW:i]
+        frame = decode_frame(model, frame[:, None].to(device), cache, pos, s, window, generator)
+        pos += 1
+        history[:, i] = frame
+        frames.append(frame)
+        if progress is not None:
+            progress(i + 2, steps)
+        if int(frame[0]) == im_end_id:
+            break
+    return torch.stack(frames, dim=1)[1:, :-1]
