@@ -1,0 +1,218 @@
+"""Parity with fish-speech 0.1.0 (its own classes, tiny random configs, saved in the upstream layout).
+
+Runs only where `fish_speech` imports (the reference venv, see README.md). Upstream imports a few heavy
+packages it does not use on this path (transformers' AutoTokenizer, audiotools' AudioSignal, librosa,
+torchaudio through dac.model); they are stubbed here in sys.modules, never in the pack.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import sys
+import types
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+try:
+    UPSTREAM = Path(str(importlib.metadata.distribution("fish-speech").locate_file("fish_speech")))
+except importlib.metadata.PackageNotFoundError:
+    pytest.skip("fish-speech is not installed (reference venv only)", allow_module_level=True)
+
+
+def _stub(name: str, **attrs) -> types.ModuleType:
+    mod = sys.modules.get(name) or types.ModuleType(name)
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    sys.modules.setdefault(name, mod)
+    return mod
+
+
+def _install_stubs() -> None:
+    # This folder is also named fish_speech (pytest imports it as that namespace): let the namespace
+    # reach upstream's package too (both are namespace packages, upstream has no __init__.py).
+    ns = sys.modules.get("fish_speech")
+    if ns is not None and hasattr(ns, "__path__") and str(UPSTREAM) not in list(ns.__path__):
+        ns.__path__.append(str(UPSTREAM))
+    if "audiotools" not in sys.modules:
+        base = type("BaseModel", (torch.nn.Module,), {"INTERN": [], "EXTERN": []})
+        ml = _stub("audiotools.ml", BaseModel=base)
+        _stub("audiotools", AudioSignal=object, STFTParams=object, ml=ml)
+    _stub("transformers", AutoTokenizer=None)
+    _stub("librosa")
+    if "dac" not in sys.modules:      # the real package's modules, without dac/__init__ (argbind, utils)
+        spec = importlib.util.find_spec("dac")
+        pkg = types.ModuleType("dac")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        sys.modules["dac"] = pkg
+
+
+_install_stubs()
+
+from fish_speech.content_sequence import ContentSequence, TextPart, VQPart  # noqa: E402
+from fish_speech.models.dac import modded_dac, rvq  # noqa: E402
+from fish_speech.models.text2semantic import inference as up_inf  # noqa: E402
+from fish_speech.models.text2semantic.llama import DualARModelArgs, DualARTransformer  # noqa: E402
+from fish_speech.tokenizer import FishTokenizer as UpTokenizer  # noqa: E402
+
+from fish_speech.tiny import SPECIAL, TEXTS, codec_config, lm_config, randomize, write_tokenizer  # noqa: E402
+from mizuoto.nodes.fish_speech.generate import Sampling, build_prompt, generate_codes  # noqa: E402
+from mizuoto.nodes.fish_speech.loader import load_fish_speech  # noqa: E402
+from mizuoto.nodes.fish_speech.tokenizer import FishTokenizer  # noqa: E402
+
+MORE_TEXTS = TEXTS + [
+    "<|im_start|>user\nHi<|im_end|><|speaker:0|>text<|semantic:5|>", "'s 'S 'ſ 'Ll 'RE 've' 'x", "  \n  \t x",
+    "a\u00a0b\u2003c\u3000d", "mixed日本語and English123abc", "¿Qué? ¡Sí! «quoted» „Zitat“", "", " ", "?!",
+    "  ?!a b", "\r\n\r\n x", "x \n", "tab\t\tend", "👍🏽 family 👨‍👩‍👧", "Ωmega ∑ ∞ ≈ ≠", "ÅNGSTRÖM", "Tiếng Việt",
+    "हिन्दी भाषा", "ภาษาไทย", "עברית", "ελληνικά", "1,234.56", "$$$ %%% ^^^", "...!!!???", "#hash @at",
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Upstream's LM and codec built from tiny configs, every parameter random, saved as upstream does."""
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("fish") / "tiny"
+    root.mkdir()
+    write_tokenizer(root)
+    cfg = lm_config()
+    (root / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    tok = UpTokenizer.from_pretrained(root)
+    args = DualARModelArgs(**{k: v for k, v in cfg.items() if k != "model_type"})
+    lm = DualARTransformer(args, tokenizer=tok)
+    randomize(lm, 1)
+    torch.save(lm.state_dict(), root / "model.pth")
+    torch.save(upstream_codec().state_dict(), root / "codec.pth")
+    return root
+
+
+def upstream_codec() -> modded_dac.DAC:
+    c = codec_config()
+    general = partial(modded_dac.ModelArgs, block_size=4096, n_local_heads=-1, head_dim=64, rope_base=10000,
+                      norm_eps=1e-5, dropout_rate=0.1, attn_dropout_rate=0.1, channels_first=True)
+
+    def module():
+        t = c.pre_module
+        return modded_dac.WindowLimitedTransformer(
+            causal=True, window_size=t.window, input_dim=t.input_dim,
+            config=modded_dac.ModelArgs(block_size=4096, n_layer=t.layers, n_head=t.heads, dim=t.dim,
+                                        intermediate_size=t.intermediate, n_local_heads=-1, head_dim=64,
+                                        rope_base=10000, norm_eps=1e-5, channels_first=True))
+
+    quantizer = rvq.DownsampleResidualVectorQuantize(
+        input_dim=c.latent_dim, n_codebooks=c.n_codebooks, codebook_size=c.codebook_size,
+        codebook_dim=c.codebook_dim, quantizer_dropout=0.5, downsample_factor=list(c.downsample_factor),
+        semantic_codebook_size=c.semantic_codebook_size, pre_module=module(), post_module=module())
+    codec = modded_dac.DAC(encoder_dim=c.encoder_dim, encoder_rates=list(c.encoder_rates), decoder_dim=c.decoder_dim,
+                           decoder_rates=list(c.decoder_rates), quantizer=quantizer, sample_rate=44100, causal=True,
+                           encoder_transformer_layers=[0, 0, 0, 1], decoder_transformer_layers=[1, 0, 0, 0],
+                           transformer_general_config=general)
+    randomize(codec, 2)
+    return codec.eval()
+
+
+@pytest.fixture(scope="module")
+def upstream(folder):
+    tok = UpTokenizer.from_pretrained(folder)
+    args = DualARModelArgs(**{k: v for k, v in lm_config().items() if k != "model_type"})
+    lm = DualARTransformer(args, tokenizer=tok)
+    lm.load_state_dict(torch.load(folder / "model.pth", weights_only=True))
+    codec = upstream_codec()
+    codec.load_state_dict(torch.load(folder / "codec.pth", weights_only=True))
+    return tok, lm.eval(), codec
+
+
+@pytest.fixture(scope="module")
+def ours(folder):
+    return load_fish_speech(folder, torch.float32)
+
+
+def reference_wave(seconds: float = 0.6) -> torch.Tensor:
+    t = torch.arange(int(44100 * seconds)) / 44100
+    return 0.3 * torch.sin(2 * torch.pi * 220 * t) * torch.sin(2 * torch.pi * 3 * t) + 0.05 * torch.sin(2 * torch.pi * 1900 * t)
+
+
+def test_tokenisation_equal(folder, upstream):
+    tok = upstream[0]
+    mine = FishTokenizer.from_folder(folder)
+    assert mine.semantic_begin_id == tok.semantic_begin_id and mine.semantic_end_id == tok.semantic_end_id
+    assert mine.special == tok.all_special_tokens_with_ids
+    for s in MORE_TEXTS:
+        assert mine.encode(s) == tok.encode(s), s
+
+
+def test_codec_encode_decode_equal(upstream, ours):
+    codec = upstream[2]
+    wav = reference_wave()
+    with torch.inference_mode():
+        up_codes, _ = codec.encode(wav[None, None], torch.tensor([wav.numel()]))
+        codes = ours.codec.encode(wav)
+        assert torch.equal(codes, up_codes[0])
+        up_audio, _ = codec.decode(up_codes, torch.tensor([up_codes.shape[-1]]))
+        audio = ours.codec.decode(codes)
+    assert torch.equal(audio, up_audio.reshape(-1))
+
+
+def _upstream_prompt(tok, text, ref_text=None, ref_codes=None, num_codebooks=4):
+    seq = ContentSequence(modality="interleave")
+    if ref_codes is not None:
+        seq.append([TextPart(text=ref_text), VQPart(codes=ref_codes)], add_end=True, speaker=0)
+    seq.append([TextPart(text=text)], add_end=False, speaker=0)
+    encoded, _, _ = seq.encode_for_inference(tok, num_codebooks=num_codebooks)
+    return encoded
+
+
+def _upstream_generate(lm, prompt, seed, top_p, temperature=0.8, penalty=1.1, max_new=24):
+    torch.manual_seed(seed)
+    y = up_inf.generate(model=lm, prompt=prompt, max_new_tokens=max_new, audio_masks=None, audio_parts=None,
+                        temperature=torch.tensor(temperature), top_p=torch.tensor(top_p),
+                        repetition_penalty=torch.tensor(penalty))
+    return y[1:, prompt.shape[1]:-1].long()
+
+
+@pytest.mark.parametrize("clone", [False, True])
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_codes_equal(upstream, ours, clone, mode):
+    tok, lm, codec = upstream
+    text = "(excited) Hello there, 你好！ It's a test."
+    ref_text, ref_codes = ("Reference words.", ours.codec.encode(reference_wave())) if clone else (None, None)
+    up_prompt = _upstream_prompt(tok, text, ref_text, ref_codes)
+    prompt = build_prompt(ours.tokenizer, text, 4, ref_text, ref_codes)
+    assert torch.equal(prompt, up_prompt.long())
+    seed = 7 if clone else 3
+    if mode == "greedy":   # upstream has no greedy switch: a tiny top-p keeps only the most likely token
+        up = _upstream_generate(lm, up_prompt, seed, top_p=1e-4)   # below 1 / vocab: only the top token
+        s = Sampling(do_sample=False, max_new_tokens=24)
+    else:
+        up = _upstream_generate(lm, up_prompt, seed, top_p=0.9, temperature=0.7, penalty=1.2)
+        s = Sampling(temperature=0.7, top_p=0.9, repetition_penalty=1.2, max_new_tokens=24)
+    with torch.inference_mode():
+        codes = generate_codes(ours.model, prompt, s, torch.Generator().manual_seed(seed), ours.im_end_id)
+    print(f"{mode} clone={clone}: {codes.shape[1]} frames")
+    assert codes.shape[1] > 0
+    assert torch.equal(codes, up)
+    with torch.inference_mode():
+        up_audio, _ = codec.decode(up[None], torch.tensor([up.shape[1]]))
+        assert torch.equal(ours.codec.decode(codes), up_audio.reshape(-1))
+
+
+def test_logits_close(upstream, ours, folder):
+    """The slow and fast logits of one prefill (the KV caches differ in layout: ours grows, upstream's
+    is preallocated to max_seq_len and masked, so the attention kernels may round differently)."""
+    tok, lm, _ = upstream
+    prompt = _upstream_prompt(tok, "Hello, world!")
+    from mizuoto.runtime.lm.cache import DynamicCache
+    with torch.inference_mode():
+        lm.setup_caches(1, lm.config.max_seq_len, torch.float32)
+        up = lm.forward_generate(prompt[None], torch.arange(prompt.shape[1]))
+        logits, hidden = ours.model.forward_slow(prompt.long(), DynamicCache(), 0)
+    assert torch.allclose(logits, up.logits[0, -1], atol=1e-5, rtol=1e-5)
+    assert torch.allclose(hidden, up.hidden_states, atol=1e-5, rtol=1e-5)
+    print("slow logits max |diff|", (logits - up.logits[0, -1]).abs().max().item(),
+          "equal" if torch.equal(logits, up.logits[0, -1]) else "")
+
