@@ -270,6 +270,15 @@ class FishCodec(nn.Module):
     def sample_rate(self) -> int:
         return self.config.sample_rate
 
+    def memory_units(self) -> list[nn.Module]:
+        """Encoder stages, the quantizer's resampling stages and transformer layers, decoder stages.
+        The residual quantizers (codebooks read through `.weight`, small projections) and the norms
+        are the fixed part."""
+        q = self.quantizer
+        layers = [m for m in (q.pre_module, q.post_module) if isinstance(m, WindowLimitedTransformer)]
+        return [*self.encoder.block, *q.downsample, *(layer for t in layers for layer in t.layers), *q.upsample,
+                *self.decoder.model]
+
     def encode(self, wav: Tensor) -> Tensor:
         """Mono waveform [T] at the codec's rate -> codes [1 + N, ceil(T / frame_length)] (int64)."""
         x = wav.reshape(1, 1, -1)
