@@ -216,3 +216,82 @@ def test_logits_close(upstream, ours, folder):
     print("slow logits max |diff|", (logits - up.logits[0, -1]).abs().max().item(),
           "equal" if torch.equal(logits, up.logits[0, -1]) else "")
 
+
+
+def test_codec_long_reference_equal(upstream, ours):
+    """7 s: past the encoder transformer's window (512 steps of 512 samples) and the quantizer's (128 frames)."""
+    codec = upstream[2]
+    g = torch.Generator().manual_seed(3)
+    wav = torch.randn(44100 * 7, generator=g) * 0.05 + reference_wave(7.0)
+    with torch.inference_mode():
+        up_codes, _ = codec.encode(wav[None, None], torch.tensor([wav.numel()]))
+        codes = ours.codec.encode(wav)
+        assert torch.equal(codes, up_codes[0])
+        up_audio, _ = codec.decode(up_codes, torch.tensor([up_codes.shape[-1]]))
+        assert torch.equal(ours.codec.decode(codes), up_audio.reshape(-1))
+
+
+def test_end_token_stops_generation_on_the_same_frame(folder, upstream, ours):
+    """The im_end row of the tied embedding pointed along the prompt's last hidden state, so that it
+    becomes likely: both stop after the same frame."""
+    tok, lm, _ = upstream
+    end = tok.get_token_id("<|im_end|>")
+    prompt = _upstream_prompt(tok, "Stop soon.")
+    from mizuoto.runtime.lm.cache import DynamicCache
+    saved = ours.model.embeddings.weight[end].clone()
+    with torch.inference_mode():
+        logits, _ = ours.model.forward_slow(prompt.long(), DynamicCache(), 0)
+    with torch.no_grad():
+        x = ours.model.embed(prompt.long())
+        from mizuoto.nodes.common.transformer import interleaved_rope_table
+        rope = interleaved_rope_table(x.shape[1], ours.model.config.head_dim, ours.model.config.rope_base)
+        cache = DynamicCache()
+        for i, layer in enumerate(ours.model.layers):
+            x = layer(x, rope, cache, i)
+        h = ours.model.norm(x)[0, -1]
+        row = h / h.pow(2).sum() * 3 * (float(logits.max()) + 0.5)
+        for model in (lm, ours.model):
+            model.embeddings.weight[end] = row
+    try:
+        up = _upstream_generate(lm, prompt, 5, top_p=0.9, max_new=40)
+        with torch.inference_mode():
+            codes = generate_codes(ours.model, prompt.long(), Sampling(top_p=0.9, max_new_tokens=40),
+                                   torch.Generator().manual_seed(5), ours.im_end_id)
+    finally:
+        with torch.no_grad():
+            for model in (lm, ours.model):
+                model.embeddings.weight[end] = saved
+    print(f"end token: {codes.shape[1]} frames of at most 39")
+    assert codes.shape[1] < 39
+    assert torch.equal(codes, up)
+
+
+def test_dac_blocks_equal_descript_audio_codec():
+    """nodes/common/dac.py against descript-audio-codec 1.0 (the original, non-causal DAC, old-style weight
+    norm): encoder, residual quantizer (codes and decoded sum) and decoder, bit for bit."""
+    from dac.model import dac as ddac
+    from dac.nn.quantize import ResidualVectorQuantize as DRVQ
+
+    from mizuoto.nodes.common import dac as ours_dac
+    enc, dec = ddac.Encoder(8, [2, 4], 32), ddac.Decoder(32, 64, [4, 2])
+    q = DRVQ(32, n_codebooks=3, codebook_size=64, codebook_dim=4)
+    for i, m in enumerate((enc, dec, q)):
+        randomize(m, 10 + i)
+    state = {**{f"encoder.{k}": v for k, v in enc.state_dict().items()},
+             **{f"decoder.{k}": v for k, v in dec.state_dict().items()},
+             **{f"quantizer.{k}": v for k, v in q.state_dict().items()}}
+    mine = torch.nn.Module()
+    mine.encoder = ours_dac.Encoder(8, (2, 4), 32)
+    mine.decoder = ours_dac.Decoder(32, 64, (4, 2))
+    mine.quantizer = ours_dac.ResidualVectorQuantize(32, 3, 64, 4)
+    mine.load_state_dict(ours_dac.fold_weight_norm(state))
+    x = torch.randn(1, 1, 8 * 25, generator=torch.Generator().manual_seed(1)) * 0.3
+    q.eval()
+    with torch.inference_mode():
+        z = enc(x)
+        assert torch.equal(mine.encoder(x), z)
+        z_q, codes, *_ = q(z)
+        my_codes, my_zq = mine.quantizer(z)
+        assert torch.equal(my_codes, codes) and torch.equal(my_zq, z_q)
+        assert torch.equal(mine.quantizer.from_codes(codes), q.from_codes(codes)[0])
+        assert torch.equal(mine.decoder(z_q), dec(z_q))
