@@ -7,15 +7,14 @@ torchaudio through dac.model); they are stubbed here in sys.modules, never in th
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
-import sys
-import types
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
+
+from fish_speech.upstream_stubs import install_stubs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,34 +24,7 @@ except importlib.metadata.PackageNotFoundError:
     pytest.skip("fish-speech is not installed (reference venv only)", allow_module_level=True)
 
 
-def _stub(name: str, **attrs) -> types.ModuleType:
-    mod = sys.modules.get(name) or types.ModuleType(name)
-    for k, v in attrs.items():
-        setattr(mod, k, v)
-    sys.modules.setdefault(name, mod)
-    return mod
-
-
-def _install_stubs() -> None:
-    # This folder is also named fish_speech (pytest imports it as that namespace): let the namespace
-    # reach upstream's package too (both are namespace packages, upstream has no __init__.py).
-    ns = sys.modules.get("fish_speech")
-    if ns is not None and hasattr(ns, "__path__") and str(UPSTREAM) not in list(ns.__path__):
-        ns.__path__.append(str(UPSTREAM))
-    if "audiotools" not in sys.modules:
-        base = type("BaseModel", (torch.nn.Module,), {"INTERN": [], "EXTERN": []})
-        ml = _stub("audiotools.ml", BaseModel=base)
-        _stub("audiotools", AudioSignal=object, STFTParams=object, ml=ml)
-    _stub("transformers", AutoTokenizer=None)
-    _stub("librosa")
-    if "dac" not in sys.modules:      # the real package's modules, without dac/__init__ (argbind, utils)
-        spec = importlib.util.find_spec("dac")
-        pkg = types.ModuleType("dac")
-        pkg.__path__ = list(spec.submodule_search_locations)
-        sys.modules["dac"] = pkg
-
-
-_install_stubs()
+install_stubs(UPSTREAM)
 
 from fish_speech.content_sequence import ContentSequence, TextPart, VQPart  # noqa: E402
 from fish_speech.models.dac import modded_dac, rvq  # noqa: E402
@@ -60,7 +32,7 @@ from fish_speech.models.text2semantic import inference as up_inf  # noqa: E402
 from fish_speech.models.text2semantic.llama import DualARModelArgs, DualARTransformer  # noqa: E402
 from fish_speech.tokenizer import FishTokenizer as UpTokenizer  # noqa: E402
 
-from fish_speech.tiny import SPECIAL, TEXTS, codec_config, lm_config, randomize, write_tokenizer  # noqa: E402
+from fish_speech.tiny import TEXTS, codec_config, lm_config, randomize, write_tokenizer  # noqa: E402
 from mizuoto.nodes.fish_speech.generate import Sampling, build_prompt, generate_codes  # noqa: E402
 from mizuoto.nodes.fish_speech.loader import load_fish_speech  # noqa: E402
 from mizuoto.nodes.fish_speech.tokenizer import FishTokenizer  # noqa: E402
