@@ -45,9 +45,11 @@ class FishSpeechEngine(Engine):
         self.bundle = bundle
         extra = {} if min_unit_bytes is None else {"min_unit_bytes": min_unit_bytes}
         self.lm = ModelHandle(bundle.model, name="lm", kind="sequence", **extra)
-        # The fast transformer runs once per codebook (10 times per frame), the slow layers once.
-        for layer in bundle.model.fast_layers:
-            self.lm.mark(layer, "hot")
+        # The fast transformer and its head run once per codebook (10 times per frame), the slow layers once.
+        model = bundle.model
+        for part in (*model.fast_layers, model.fast_output, model.fast_project_in):
+            if any(True for _ in part.parameters()):
+                self.lm.mark(part, "hot")
         self.codec = ModelHandle(bundle.codec, name="codec", kind="oneshot", **extra)
         super().__init__(manager, [self.lm, self.codec], device, name)
 
