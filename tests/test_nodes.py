@@ -11,9 +11,9 @@ from mizuoto.nodes.common import folders
 from mizuoto.nodes.common.pack_runtime import get_runtime
 from mizuoto.nodes.common.routes import runtime_report
 from mizuoto.nodes.common.speak import MizuotoRuntimeSettings, MizuotoSpeak
-from mizuoto.nodes.hibari.nodes import MizuotoLoadHibari
 
 ROOT = Path(__file__).resolve().parents[1]
+MizuotoLoadHibari = NODE_CLASS_MAPPINGS["MizuotoLoadHibari"]
 DEFAULTS = dict(vram_mode="default", vram_reserve_mb=-1, vram_limit_mb=-1, async_offload=-1,
                 host_copies="default", oom_retry="default", oom_fallback="default", kv_cache="default")
 
@@ -50,12 +50,12 @@ def test_speak_with_per_graph_settings_streams(model):
     (dict(text=""), "text: empty"),
     (dict(text="?!..."), "nothing speakable"),
     (dict(text="x" * 200_001), "at most 200000 characters"),
-    (dict(language="xx"), "language: expected one of"),
-    (dict(language="ja"), "speaks English"),
+    (dict(language="xx"), "language: this model speaks auto, en; got 'xx'"),
+    (dict(language="ja"), "language: this model speaks auto, en"),
     (dict(voice="bella"), "voice:"),
-    (dict(speed=9.0), "speed: expected a number"),
+    (dict(speed=9.0), "speed: expected 0.25 to 4.0 for this model"),
     (dict(reference_audio={"waveform": torch.zeros(1, 1, 100), "sample_rate": 16000}), "cannot clone"),
-    (dict(reference_audio={"wave": 1}), "reference_audio: expected ComfyUI AUDIO"),
+    (dict(instruction="whisper"), "instruction: this model takes no instruction"),
 ])
 def test_speak_bad_input_is_a_clear_error(model, kwargs, match):
     args = dict(text="Hello.", seed=0, speed=1.0, language="auto") | kwargs
