@@ -27,6 +27,8 @@ import torch
 from torch import Tensor
 
 from ...runtime.lm.cache import DynamicCache, make_cache
+from ..common.decode import autoregress
+from ..common.sampling import repetition_penalty
 from .model import DualARTransformer
 from .tokenizer import FishTokenizer
 
@@ -58,14 +60,12 @@ def _bf16(x: float) -> Tensor:
 
 
 def sample(logits: Tensor, s: Sampling, previous: Tensor | None, generator: torch.Generator | None) -> int:
-    """One token from float32 CPU logits [V] (upstream's logits_to_probs + multinomial_sample_one_no_sync)."""
-    logits = logits.clone()
+    """One token from logits [V] (upstream's logits_to_probs + multinomial_sample_one_no_sync). Upstream's
+    top-p is its own (descending sort, `cumsum > top_p` removed, then temperature), not HF's warper."""
     if previous is not None:
-        penalty = _bf16(s.repetition_penalty)
-        prev = previous.long()
-        score = logits.gather(0, prev)
-        score = torch.where(score < 0, score * penalty, score / penalty)
-        logits.scatter_(0, prev, score)
+        logits = repetition_penalty(logits, previous, float(_bf16(s.repetition_penalty)))
+    else:
+        logits = logits.float().cpu()
     if not s.do_sample:
         return int(torch.argmax(logits))
     sorted_logits, sorted_idx = torch.sort(logits, descending=True)
@@ -101,30 +101,42 @@ def build_prompt(tokenizer: FishTokenizer, text: str, num_codebooks: int, ref_te
     return torch.cat(columns, dim=1)
 
 
-def decode_frame(model: DualARTransformer, x: Tensor, cache, start: int, s: Sampling, window: Tensor | None,
-                 generator: torch.Generator | None) -> Tensor:
-    """One slow step over `x` [1 + N, T] at positions start.., then the fast LM: the new frame [1 + N]."""
+def fast_frame(model: DualARTransformer, logits: Tensor, hidden: Tensor, s: Sampling, window: Tensor | None,
+               generator: torch.Generator | None) -> Tensor:
+    """The slow step's token, then the fast LM over the codebooks: one frame [1 + N] (token, codes)."""
     c = model.config
-    logits, hidden = model.forward_slow(x, cache, start)
-    token = sample(logits.float().cpu(), s, window[:, 0] if window is not None else None, generator)
+    token = sample(logits, s, window[:, 0] if window is not None else None, generator)
     frame = [token]
     fast = DynamicCache()
     model.forward_fast(hidden, fast, 0)
     code = min(max(token - model.semantic_begin_id, 0), c.codebook_size - 1)
     frame.append(code)
-    device = hidden.device
     for i in range(1, c.num_codebooks):
-        h = model.fast_embeddings(torch.tensor([[code]], device=device))
-        logits = model.forward_fast(h, fast, i)[:FAST_VOCAB]
-        code = sample(logits.float().cpu(), s, window[i + 1] if window is not None else None, generator)
+        h = model.fast_embeddings(torch.tensor([[code]], device=hidden.device))
+        fast_logits = model.forward_fast(h, fast, i)[:FAST_VOCAB]
+        code = sample(fast_logits, s, window[i + 1] if window is not None else None, generator)
         frame.append(code)
     return torch.tensor(frame, dtype=torch.long)
+
+
+def penalty_window(history: list[Tensor], rows: int) -> Tensor | None:
+    """Upstream's window for the next frame: the last 16 frames generated after the first, zero-padded
+    on the right while fewer (upstream reads them from a zero-initialised buffer); None for the first."""
+    if not history:
+        return None
+    loop = history[1:]
+    window = torch.zeros(rows, WINDOW, dtype=torch.long)
+    recent = loop[-WINDOW:]
+    if recent:
+        window[:, : len(recent)] = torch.stack(recent, dim=1)
+    return window
 
 
 def generate_codes(model: DualARTransformer, prompt: Tensor, s: Sampling, generator: torch.Generator | None,
                    im_end_id: int, cache_kind: str = "dynamic", check: Callable[[], None] | None = None,
                    progress: Callable[[int, int], None] | None = None) -> Tensor:
-    """The dual-AR loop: codes [num_codebooks, frames] (int64, CPU), the end frame dropped."""
+    """The dual-AR loop (the shared decode loop, one frame per step): codes [num_codebooks, frames]
+    (int64, CPU); the end frame, or the last frame when none came, is dropped as upstream does."""
     s.validate()
     c = model.config
     device = model.embeddings.weight.device
@@ -132,20 +144,26 @@ def generate_codes(model: DualARTransformer, prompt: Tensor, s: Sampling, genera
     if steps < 2:
         raise ValueError(f"the prompt ({prompt.shape[1]} tokens) leaves no room in max_seq_len {c.max_seq_len}")
     cache = make_cache(cache_kind)
-    frame = decode_frame(model, prompt.to(device), cache, 0, s, None, generator)
-    frames = [frame]
-    history = torch.zeros(c.num_codebooks + 1, max(steps, WINDOW), dtype=torch.long)
-    pos = prompt.shape[1]
-    for i in range(steps - 1):
-        if check is not None:
-            check()
-        window = history[:, :WINDOW] if i < WINDOW else history[:, i - WINDOW:i]
-        frame = decode_frame(model, frame[:, None].to(device), cache, pos, s, window, generator)
-        pos += 1
-        history[:, i] = frame
-        frames.append(frame)
-        if progress is not None:
-            progress(i + 2, steps)
-        if int(frame[0]) == im_end_id:
-            break
-    return torch.stack(frames, dim=1)[1:, :-1]
+    state = {"pos": prompt.shape[1], "hidden": None}
+
+    def slow(x: Tensor, start: int) -> Tensor:
+        logits, state["hidden"] = model.forward_slow(x.to(device), cache, start)
+        return logits
+
+    def choose(logits: Tensor, history: list[Tensor]) -> Tensor:
+        return fast_frame(model, logits, state["hidden"], s, penalty_window(history, c.num_codebooks + 1), generator)
+
+    def step(frame: Tensor, i: int) -> Tensor:
+        state["pos"] += 1
+        return slow(frame[:, None], state["pos"] - 1)
+
+    def stop(frame: Tensor) -> bool:       # upstream checks only the frames after the first
+        state["frames"] = state.get("frames", 0) + 1
+        return state["frames"] > 1 and int(frame[0]) == im_end_id
+
+    frames = autoregress(slow(prompt, 0), choose, step, stop, steps, check=check, progress=progress)
+    if len(frames) == steps:               # no end frame: upstream drops the last frame all the same
+        frames = frames[:-1]
+    if not frames:
+        return torch.zeros(c.num_codebooks, 0, dtype=torch.long)
+    return torch.stack(frames, dim=1)[1:]

@@ -12,17 +12,15 @@ match the modules exactly (missing, unexpected or mis-shaped keys are a Checkpoi
 from __future__ import annotations
 
 import json
-import pickle
-import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ...runtime.loading import CheckpointError, _describe, _parameters_on_meta, _place, _slots
+from ...runtime.loading import CheckpointError, load_module_from_state
+from ..common.checkpoint import load_pickle, state_dict
 from ..common.dac import fold_weight_norm
 from .codec import CodecConfig, FishCodec
 from .model import DualARTransformer, FishConfig
@@ -50,47 +48,10 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_pickle(path: Path) -> dict[str, Tensor]:
-    """The tensors of a torch pickle (weights_only, memory-mapped), unwrapped from `state_dict`."""
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{path}: refused to unpickle (only tensors and plain containers are loaded; "
-                              f"{str(e).splitlines()[0]})") from None
-    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
-    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        obj = obj["state_dict"]
-    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items()):
-        raise CheckpointError(f"{path}: expected a mapping of tensor names to tensors")
-    return obj
-
-
-def load_state(factory: Callable[[], nn.Module], state: dict[str, Tensor], dtype: torch.dtype,
-               source: Path) -> nn.Module:
-    """Build `factory()` on meta and place `state` into it, strictly, in `dtype`."""
-    with _parameters_on_meta():
-        module = factory()
-    missing, mismatched, expected, plan = [], [], set(), []
-    for slot in _slots(module):
-        keys = [key for _, _, key in slot.places]
-        expected.update(keys)
-        present = [k for k in keys if k in state]
-        if not present:
-            missing.append(keys[0])
-        elif tuple(state[present[-1]].shape) != tuple(slot.tensor.shape):
-            mismatched.append(f"{present[-1]}: checkpoint {list(state[present[-1]].shape)}, "
-                              f"module {list(slot.tensor.shape)}")
-        else:
-            plan.append((slot, present[-1]))
-    unexpected = sorted(set(state) - expected)
-    if missing or unexpected or mismatched:
-        problems = [f"{what} {_describe(keys)}" for what, keys in
-                    (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatch", mismatched)) if keys]
-        raise CheckpointError(f"{source} does not match {type(module).__name__}: " + "; ".join(problems))
-    for slot, key in plan:
-        _place(slot, state[key].detach().clone(), dtype)   # own memory, not the mapped file
-    return module.to(dtype)
+def read_state(path: Path) -> dict[str, Tensor]:
+    """The tensors of a torch pickle (weights_only, memory-mapped), unwrapped from `state_dict` if wrapped."""
+    obj = load_pickle(path)
+    return state_dict(obj, path, "state_dict" if isinstance(obj, dict) and "state_dict" in obj else None)
 
 
 def lm_state(raw: dict[str, Tensor], tied: bool) -> dict[str, Tensor]:
@@ -157,13 +118,14 @@ def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
         raise CheckpointError(f"Fish Speech: {folder / 'config.json'}: vocab_size {config.vocab_size} is smaller "
                               f"than the tokenizer's {vocab} tokens")
     path = folder / "model.pth"
-    model = load_state(lambda: DualARTransformer(config, tokenizer.semantic_begin_id, tokenizer.semantic_end_id),
-                       lm_state(load_pickle(path), config.tie_word_embeddings), dtype, path).eval()
+    model = load_module_from_state(
+        lambda: DualARTransformer(config, tokenizer.semantic_begin_id, tokenizer.semantic_end_id),
+        lm_state(read_state(path), config.tie_word_embeddings), dtype, path).eval()
     path = folder / "codec.pth"
-    state = codec_state(load_pickle(path))
+    state = codec_state(read_state(path))
     try:
         codec_config = CodecConfig.from_shapes({k: tuple(v.shape) for k, v in state.items()})
     except (KeyError, IndexError) as e:
         raise CheckpointError(f"{path}: not a modded-DAC codec (no tensor {e})") from None
-    codec = load_state(lambda: FishCodec(codec_config), state, codec_dtype, path).eval()
+    codec = load_module_from_state(lambda: FishCodec(codec_config), state, codec_dtype, path).eval()
     return FishBundle(folder, config, model, codec, tokenizer)

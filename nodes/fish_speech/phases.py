@@ -16,7 +16,7 @@ The S1 emotion and tone markers, "(excited)", "(whispering)", are plain text to 
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -28,13 +28,16 @@ from ..common.transformer import kv_position_bytes
 from .generate import Sampling, build_prompt, generate_codes
 from .loader import FishBundle
 
+# The languages S1 was trained on; the model reads the language from the text itself (no language input).
+LANGUAGES = ("auto", "en", "zh", "ja", "ko", "fr", "de", "ar", "es", "ru", "nl", "it", "pl", "pt")
+
 FRAMES_PER_TEXT_TOKEN = 12   # ~21.5 frames/s; BPE text runs 2-4 tokens/s of speech, the estimate leaves room
 MB = 1 << 20
 
 
 class FishSpeechEngine(Engine):
     engine_id = "fish_speech"
-    capabilities = Capabilities(sample_rate=44100, languages=("auto",), cloning="optional", transcript="required",
+    capabilities = Capabilities(sample_rate=44100, languages=LANGUAGES, cloning="optional", transcript="required",
                                 max_chunk_chars=300, reference_seconds=(1.0, 60.0), reference_rate=44100,
                                 resampler="torchaudio_sinc")
     options: ClassVar[dict[str, type]] = {"temperature": float, "top_p": float, "repetition_penalty": float,
@@ -130,9 +133,3 @@ class FishSpeechEngine(Engine):
             return torch.zeros(0)
         return self.decode(ctx, codes)
 
-
-def build_engine(request: Any, manager: ModelManager) -> FishSpeechEngine:
-    """EngineSpec.build: load the folder in the requested precision (the codec always in float32, as upstream)."""
-    from .loader import load_fish_speech
-    return FishSpeechEngine(manager, device=request.device, name=request.model,
-                            bundle=load_fish_speech(request.folder, request.dtype))
