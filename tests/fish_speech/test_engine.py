@@ -137,3 +137,19 @@ def test_fixed_part_and_units(folder):
     books = [m.codebook.weight for m in e.bundle.codec.modules() if type(m).__name__ == "VectorQuantize"]
     assert books and all(id(w) in fixed for w in books)
     assert e.lm.kind == "sequence" and e.codec.kind == "oneshot"
+
+
+def test_speak_pipeline_chunks_resamples_and_checks(folder):
+    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    e = engine(folder)
+    t = torch.arange(22050) / 22050
+    ref = {"waveform": (0.3 * torch.sin(2 * torch.pi * 200 * t))[None, None], "sample_rate": 22050}
+    req = SpeakRequest(text="(excited) First sentence here. And a second one!", seed=5, reference=ref,
+                       reference_text="Some words.", options={"max_new_tokens": 6})
+    wav, meta = synthesize(e, req)
+    assert wav.dim() == 1 and wav.numel() > 0 and wav.numel() % 2048 == 0
+    assert torch.equal(wav, synthesize(e, req)[0])
+    with pytest.raises(ValueError, match="reference_text"):
+        synthesize(e, SpeakRequest(text="Hi.", reference=ref))
+    with pytest.raises(ValueError, match="options"):
+        synthesize(e, SpeakRequest(text="Hi.", options={"top_k": 5}))
