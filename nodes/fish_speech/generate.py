@@ -15,7 +15,8 @@ from the slow hidden state. Upstream's sampling, kept as it is:
 - top-p before temperature; a token is drawn as argmax(p / q) with q ~ Exp(1) from the generator;
 - fast logits cut to the first 1024 entries; generation stops after the frame whose token is
   `<|im_end|>` (never on the first frame); the last generated frame is dropped.
-`do_sample=False` takes the argmax after the repetition penalty. The draws come from a CPU
+`do_sample=False` takes the top of upstream's own sort after the repetition penalty (what a top-p below
+1 / vocab leaves). Sampling runs on the CPU in the logits' dtype, as upstream's arithmetic does. The draws come from a CPU
 `torch.Generator`, so a seed gives the same codes on any device.
 """
 from __future__ import annotations
@@ -28,7 +29,6 @@ from torch import Tensor
 
 from ...runtime.lm.cache import DynamicCache, make_cache
 from ..common.decode import autoregress
-from ..common.sampling import repetition_penalty
 from .model import DualARTransformer
 from .tokenizer import FishTokenizer
 
@@ -60,15 +60,19 @@ def _bf16(x: float) -> Tensor:
 
 
 def sample(logits: Tensor, s: Sampling, previous: Tensor | None, generator: torch.Generator | None) -> int:
-    """One token from logits [V] (upstream's logits_to_probs + multinomial_sample_one_no_sync). Upstream's
-    top-p is its own (descending sort, `cumsum > top_p` removed, then temperature), not HF's warper."""
+    """One token from logits [V] (upstream's logits_to_probs + multinomial_sample_one_no_sync), on the CPU
+    in the logits' own dtype as upstream computes it (a bf16 model samples from bf16 arithmetic). Not the
+    shared sampling.py: upstream's penalty runs in that dtype, and its top-p is its own (descending sort,
+    `cumsum > top_p` removed, temperature after)."""
+    logits = logits.cpu().clone()
     if previous is not None:
-        logits = repetition_penalty(logits, previous, float(_bf16(s.repetition_penalty)))
-    else:
-        logits = logits.float().cpu()
-    if not s.do_sample:
-        return int(torch.argmax(logits))
+        penalty = _bf16(s.repetition_penalty)
+        prev = previous.long()
+        score = logits.gather(0, prev)
+        logits.scatter_(0, prev, torch.where(score < 0, score * penalty, score / penalty))
     sorted_logits, sorted_idx = torch.sort(logits, descending=True)
+    if not s.do_sample:                   # the first of upstream's sort, as a top-p below 1 / vocab keeps
+        return int(sorted_idx[0])
     cum = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1)
     remove = cum > _bf16(s.top_p)
     remove[0] = False

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ...runtime.lm.cache import KVCache
 from ..common.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table
@@ -142,6 +143,9 @@ class Attention(nn.Module):
             if mask is not None:
                 w = w.masked_fill(~mask, float("-inf"))
             y = torch.softmax(w, dim=-1) @ v
+        elif t == 1:                      # upstream decodes one position with the math backend
+            with sdpa_kernel(SDPBackend.MATH):
+                y = F.scaled_dot_product_attention(q, k, v)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.wo(y.transpose(1, 2).contiguous().view(b, t, q_size))

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
+from ..common.decode import frames_estimate
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
 from .generate import Sampling, build_prompt, generate_codes
@@ -62,7 +63,7 @@ class FishSpeechEngine(Engine):
         c = self.bundle.config
         dtype = self.bundle.dtype
         size = torch.empty((), dtype=dtype).element_size()
-        frames = min(FRAMES_PER_TEXT_TOKEN * max(text_tokens, 1), max_new_tokens)
+        frames = frames_estimate(text_tokens, FRAMES_PER_TEXT_TOKEN, max_new_tokens)
         kv = peak_bytes(kv_position_bytes(c.n_local_heads, c.head_dim, dtype), c.n_layer, prompt_tokens + frames)
         kv += peak_bytes(kv_position_bytes(c.fast_n_local_heads, c.fast_head_dim, dtype), c.n_fast_layer,
                          c.num_codebooks)
