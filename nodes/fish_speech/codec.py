@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.dac import CausalConv1d, CausalConvTranspose1d, Decoder, Encoder, ResidualVectorQuantize
+from ..common.dac import (CausalConv1d, CausalConvTranspose1d, Decoder, Encoder, EncoderBlock,
+                          ResidualVectorQuantize)
 from ..common.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table
 
 HEAD_DIM = 64                 # modded_dac_vq.yaml: every codec transformer uses 64-wide heads
@@ -271,13 +272,19 @@ class FishCodec(nn.Module):
         return self.config.sample_rate
 
     def memory_units(self) -> list[nn.Module]:
-        """Encoder stages, the quantizer's resampling stages and transformer layers, decoder stages.
-        The residual quantizers (codebooks read through `.weight`, small projections) and the norms
-        are the fixed part."""
+        """Encoder stages (a stage closing with a transformer split into its parts and layers), the
+        quantizer's resampling stages and transformer layers, decoder stages. The residual quantizers
+        (codebooks read through `.weight`, small projections) and the norms are the fixed part."""
+        def parts(m: nn.Module) -> list[nn.Module]:
+            if isinstance(m, WindowLimitedTransformer):
+                return list(m.layers)
+            if isinstance(m, EncoderBlock) and isinstance(m.block[-1], WindowLimitedTransformer):
+                return [u for child in m.block for u in parts(child)]
+            return [m]
+
         q = self.quantizer
-        layers = [m for m in (q.pre_module, q.post_module) if isinstance(m, WindowLimitedTransformer)]
-        return [*self.encoder.block, *q.downsample, *(layer for t in layers for layer in t.layers), *q.upsample,
-                *self.decoder.model]
+        return [*(u for m in self.encoder.block for u in parts(m)), *q.downsample, *parts(q.pre_module),
+                *parts(q.post_module), *q.upsample, *self.decoder.model]
 
     def encode(self, wav: Tensor) -> Tensor:
         """Mono waveform [T] at the codec's rate -> codes [1 + N, ceil(T / frame_length)] (int64)."""
