@@ -8,9 +8,10 @@ import torch
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 from mizuoto.nodes.common import folders
-from mizuoto.nodes.common.pack_runtime import get_runtime
+from mizuoto.nodes.common.pack_runtime import build_runtime, get_runtime, use_runtime
 from mizuoto.nodes.common.routes import runtime_report
 from mizuoto.nodes.common.speak import MizuotoRuntimeSettings, MizuotoSpeak
+from mizuoto.runtime import VramPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 MizuotoLoadHibari = NODE_CLASS_MAPPINGS["MizuotoLoadHibari"]
@@ -40,10 +41,18 @@ def test_speak_returns_comfy_audio_and_the_panel_reports_the_model(model):
     assert report["last"]["model"] == "hibari heart" and "memory" in report["last"]
 
 
-def test_speak_with_per_graph_settings_streams(model):
-    (settings,) = MizuotoRuntimeSettings().settings(**{**DEFAULTS, "vram_mode": "none"})
-    (audio,) = MizuotoSpeak().speak(model, "Short.", seed=0, speed=1.0, language="auto", settings=settings)
-    assert audio["waveform"].numel() > 0
+def test_speak_with_per_graph_settings_streams():
+    """On a simulated GPU that holds the whole voice, vram_mode "none" from the settings node streams it."""
+    policy = VramPolicy({"compute.simulate_vram_mb": 128})
+    with use_runtime(build_runtime(policy, strict=True)) as runtime:
+        (model,) = MizuotoLoadHibari().load("fp32", "auto")
+        (plain,) = MizuotoSpeak().speak(model, "Short.", seed=0, speed=1.0, language="auto")
+        assert runtime.last_meta["memory"]["streamed_mb"] == 0
+        (settings,) = MizuotoRuntimeSettings().settings(**{**DEFAULTS, "vram_mode": "none"})
+        (audio,) = MizuotoSpeak().speak(model, "Short.", seed=0, speed=1.0, language="auto", settings=settings)
+        assert runtime.last_meta["memory"]["streamed_mb"] > 0
+        assert runtime.last_meta["memory"]["partial"]["acoustic"]["reason"] == "vram_mode none"
+        assert torch.equal(audio["waveform"], plain["waveform"])
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -27,7 +27,6 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ...runtime.units import MIN_UNIT_BYTES
 from ..common.audio import resample, to_mono
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
@@ -64,7 +63,7 @@ class Qwen3TTSEngine(Engine):
     engine_id = "qwen3_tts"
 
     def __init__(self, bundle: Qwen3TTSBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 min_unit_bytes: int = MIN_UNIT_BYTES, name: str = "Qwen3-TTS") -> None:
+                 min_unit_bytes: int | None = None, name: str = "Qwen3-TTS") -> None:
         self.bundle = bundle
         self.capabilities = capabilities(bundle.config)
         model, codec = bundle.model, bundle.codec
