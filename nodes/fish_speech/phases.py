@@ -39,7 +39,7 @@ MB = 1 << 20
 class FishSpeechEngine(Engine):
     engine_id = "fish_speech"
     capabilities = Capabilities(sample_rate=44100, languages=LANGUAGES, cloning="optional", transcript="required",
-                                max_chunk_chars=300, reference_seconds=(1.0, 60.0), reference_rate=44100,
+                                max_chunk_chars=300, reference_seconds=(0.5, 60.0), reference_rate=44100,
                                 resampler="torchaudio_sinc")
     options: ClassVar[dict[str, type]] = {"temperature": float, "top_p": float, "repetition_penalty": float,
                                           "max_new_tokens": int, "do_sample": bool}
@@ -47,14 +47,13 @@ class FishSpeechEngine(Engine):
     def __init__(self, manager: ModelManager, handles: list[ModelHandle] | None = None, device: torch.device | str = "cpu",
                  name: str | None = None, *, bundle: FishBundle, min_unit_bytes: int | None = None) -> None:
         self.bundle = bundle
-        extra = {} if min_unit_bytes is None else {"min_unit_bytes": min_unit_bytes}
-        self.lm = ModelHandle(bundle.model, name="lm", kind="sequence", **extra)
+        self.lm = ModelHandle(bundle.model, name="lm", kind="sequence", min_unit_bytes=min_unit_bytes)
         # The fast transformer and its head run once per codebook (10 times per frame), the slow layers once.
         model = bundle.model
         for part in (*model.fast_layers, model.fast_output, model.fast_project_in):
             if any(True for _ in part.parameters()):
                 self.lm.mark(part, "hot")
-        self.codec = ModelHandle(bundle.codec, name="codec", kind="oneshot", **extra)
+        self.codec = ModelHandle(bundle.codec, name="codec", kind="oneshot", min_unit_bytes=min_unit_bytes)
         super().__init__(manager, [self.lm, self.codec], device, name)
 
     # ---- estimates ------------------------------------------------------------------------------------

@@ -157,3 +157,19 @@ def write_tiny_checkpoint(folder: Path, seed: int = 0, **over) -> Path:
     randomize(codec, seed + 1)
     torch.save(codec_state_upstream(codec), folder / "codec.pth")
     return folder
+
+
+def conformance_case(root: Path):
+    """Cloning (the main mode): a tiny model whose slow LM (12 layers) outweighs the codec's working memory,
+    0.6 s of reference audio at 22.05 kHz with its transcript, two sentences, a short generation budget
+    (tests/engines_native/test_conformance.py)."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    folder = write_tiny_checkpoint(Path(root) / "tiny", seed=9, n_layer=12, dim=128, n_head=4, head_dim=32,
+                                   intermediate_size=512)
+    t = torch.arange(int(22050 * 0.6)) / 22050
+    ref = {"waveform": (0.3 * torch.sin(2 * torch.pi * 180 * t) * torch.sin(2 * torch.pi * 2 * t))[None, None],
+           "sample_rate": 22050}
+    return Case(folder, SpeakRequest("(excited) Hello world. The fox!", seed=9, reference=ref,
+                                     reference_text="Some reference words.", options={"max_new_tokens": 8}))
