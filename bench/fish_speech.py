@@ -38,7 +38,7 @@ def main() -> None:
 
     def engine(devices, mode="normal"):
         manager = ModelManager(devices, VramPolicy({"compute.vram_mode": mode}))
-        return FishSpeechEngine(manager, bundle=load_fish_speech(folder, torch.float32), min_unit_bytes=unit)
+        return FishSpeechEngine(load_fish_speech(folder, torch.float32), manager, min_unit_bytes=unit)
 
     probe = engine(DeviceService(simulate={"cpu": 1 << 32}))
     tok = probe.bundle.tokenizer

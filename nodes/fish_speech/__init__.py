@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 def build(request: LoadRequest, manager: ModelManager) -> FishSpeechEngine:
     from .loader import load_fish_speech
     from .phases import FishSpeechEngine
-    return FishSpeechEngine(manager, device=request.device, name=request.model,
-                            bundle=load_fish_speech(request.folder, request.dtype))
+    return FishSpeechEngine(load_fish_speech(request.folder, request.dtype), manager, device=request.device,
+                            name=request.model)
 
 
 ENGINE = EngineSpec(

@@ -1,6 +1,6 @@
 """Fish Speech (OpenAudio S1-mini) on the runtime: two components, three phases per chunk.
 
-    engine = FishSpeechEngine(manager, [], bundle=load_fish_speech(folder), device="cuda")
+    engine = FishSpeechEngine(load_fish_speech(folder), manager, device="cuda")
     with manager.request(seed=0) as ctx:
         wav = engine.speak_chunk(ctx, Chunk("(excited) Hello!", seed=0, reference=ref, reference_text="..."))
 
@@ -44,8 +44,8 @@ class FishSpeechEngine(Engine):
     options: ClassVar[dict[str, type]] = {"temperature": float, "top_p": float, "repetition_penalty": float,
                                           "max_new_tokens": int, "do_sample": bool}
 
-    def __init__(self, manager: ModelManager, handles: list[ModelHandle] | None = None, device: torch.device | str = "cpu",
-                 name: str | None = None, *, bundle: FishBundle, min_unit_bytes: int | None = None) -> None:
+    def __init__(self, bundle: FishBundle, manager: ModelManager, device: torch.device | str = "cpu",
+                 name: str | None = None, min_unit_bytes: int | None = None) -> None:
         self.bundle = bundle
         self.lm = ModelHandle(bundle.model, name="lm", kind="sequence", min_unit_bytes=min_unit_bytes)
         # The fast transformer and its head run once per codebook (10 times per frame), the slow layers once.

@@ -26,8 +26,7 @@ def folder(tmp_path_factory):
 
 
 def engine(folder, dtype=torch.float32):
-    return FishSpeechEngine(ModelManager(DeviceService()), bundle=load_fish_speech(folder, dtype),
-                            min_unit_bytes=16 << 10)
+    return FishSpeechEngine(load_fish_speech(folder, dtype), ModelManager(DeviceService()), min_unit_bytes=16 << 10)
 
 
 def reference() -> Reference:
