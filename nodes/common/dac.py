@@ -258,3 +258,172 @@ class ResidualVectorQuantize(nn.Module):
             q = self.quantizers[i]
             z_q = z_q + q.out_proj(q.decode_code(codes[:, i]))
         return z_q
+
+
+# ---- transformers' DacModel layout (Higgs Audio V2's acoustic codec) -------------------------------------
+# The same DAC arithmetic under the parameter names of transformers' DacEncoder/DacDecoder
+# (`conv1`, `block.N.res_unit1.snake1.alpha`, `block.N.conv_t1`, ...), with plain convolutions (weight
+# norm already folded in those checkpoints), and EnCodec-style Euclidean residual codebooks.
+#
+#     enc = DacEncoder(64, (8, 5, 4, 2, 3), 256)            # waveform [B, 1, T] -> [B, 256, T / 960]
+#     dec = DacDecoder(256, 1024, (8, 5, 4, 2, 3))          # [B, 256, F] -> waveform [B, 1, F * 960]
+#     rvq = EuclideanRVQ(8, 1024, 1024, 64)                  # codes [8, B, F] <-> [B, 1024, F]
+
+
+class DacResidualUnit(nn.Module):
+    """x + conv2(snake(conv1(snake(x)))) with a dilated kernel-7 conv1 and a 1x1 conv2."""
+
+    def __init__(self, channels: int, dilation: int = 1) -> None:
+        super().__init__()
+        self.snake1 = Snake1d(channels)
+        self.conv1 = nn.Conv1d(channels, channels, kernel_size=7, dilation=dilation, padding=3 * dilation)
+        self.snake2 = Snake1d(channels)
+        self.conv2 = nn.Conv1d(channels, channels, kernel_size=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.conv2(self.snake2(self.conv1(self.snake1(x))))
+        trim = (x.shape[-1] - y.shape[-1]) // 2
+        if trim > 0:
+            x = x[..., trim:-trim]
+        return x + y
+
+
+class DacEncoderBlock(nn.Module):
+    """Three residual units (dilations 1, 3, 9), snake, then a strided conv doubling the channels."""
+
+    def __init__(self, channels: int, stride: int) -> None:
+        super().__init__()
+        self.res_unit1 = DacResidualUnit(channels, 1)
+        self.res_unit2 = DacResidualUnit(channels, 3)
+        self.res_unit3 = DacResidualUnit(channels, 9)
+        self.snake1 = Snake1d(channels)
+        self.conv1 = nn.Conv1d(channels, 2 * channels, kernel_size=2 * stride, stride=stride,
+                               padding=math.ceil(stride / 2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.res_unit2(self.res_unit1(x))
+        return self.conv1(self.snake1(self.res_unit3(x)))
+
+
+class DacDecoderBlock(nn.Module):
+    """Snake, a transposed conv halving the channels, then three residual units (dilations 1, 3, 9)."""
+
+    def __init__(self, channels: int, stride: int, output_padding: int = 0) -> None:
+        super().__init__()
+        self.snake1 = Snake1d(channels)
+        self.conv_t1 = nn.ConvTranspose1d(channels, channels // 2, kernel_size=2 * stride, stride=stride,
+                                          padding=math.ceil(stride / 2), output_padding=output_padding)
+        self.res_unit1 = DacResidualUnit(channels // 2, 1)
+        self.res_unit2 = DacResidualUnit(channels // 2, 3)
+        self.res_unit3 = DacResidualUnit(channels // 2, 9)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.conv_t1(self.snake1(x))
+        return self.res_unit3(self.res_unit2(self.res_unit1(x)))
+
+
+class DacEncoder(nn.Module):
+    """conv1 (1 -> width), blocks doubling the width at each stride, snake, conv2 (-> latent)."""
+
+    def __init__(self, width: int, strides: Sequence[int], latent: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, width, kernel_size=7, padding=3)
+        self.block = nn.ModuleList(DacEncoderBlock(width * 2 ** i, s) for i, s in enumerate(strides))
+        d = width * 2 ** len(strides)
+        self.snake1 = Snake1d(d)
+        self.conv2 = nn.Conv1d(d, latent, kernel_size=3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.conv1(x)
+        for block in self.block:
+            x = block(x)
+        return self.conv2(self.snake1(x))
+
+
+class DacDecoder(nn.Module):
+    """conv1 (latent -> width), blocks halving the width at each stride, snake, conv2 (-> 1), tanh.
+
+    `odd_output_padding`: output padding `stride % 2` on each transposed conv (Higgs Audio's variant,
+    exact lengths for odd strides); `tanh=False` drops the final tanh (Higgs Audio too).
+    """
+
+    def __init__(self, latent: int, width: int, strides: Sequence[int], *, odd_output_padding: bool = False,
+                 tanh: bool = True) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(latent, width, kernel_size=7, padding=3)
+        self.block = nn.ModuleList(DacDecoderBlock(width // 2 ** i, s, s % 2 if odd_output_padding else 0)
+                                   for i, s in enumerate(strides))
+        d = width // 2 ** len(strides)
+        self.snake1 = Snake1d(d)
+        self.conv2 = nn.Conv1d(d, 1, kernel_size=7, padding=3)
+        self.tanh = tanh
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.conv1(x)
+        for block in self.block:
+            x = block(x)
+        x = self.conv2(self.snake1(x))
+        return torch.tanh(x) if self.tanh else x
+
+
+class EuclideanCodebook(nn.Module):
+    """Nearest-neighbour codebook (EnCodec/SpeechTokenizer style). `inited`, `cluster_size` and
+    `embed_avg` are the EMA-training buffers the checkpoints carry; only `embed` is used."""
+
+    def __init__(self, size: int, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("inited", torch.ones(1))
+        self.register_buffer("cluster_size", torch.zeros(size))
+        self.register_buffer("embed", torch.zeros(size, dim))
+        self.register_buffer("embed_avg", torch.zeros(size, dim))
+
+    def encode(self, x: Tensor) -> Tensor:
+        """x [..., dim] -> indices [...] of the nearest rows (largest negative squared distance)."""
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        embed = self.embed.t()
+        dist = -(x.pow(2).sum(1, keepdim=True) - 2 * x @ embed + embed.pow(2).sum(0, keepdim=True))
+        return dist.max(dim=-1).indices.view(*shape[:-1])
+
+    def decode(self, indices: Tensor) -> Tensor:
+        return F.embedding(indices, self.embed)
+
+
+class EuclideanVQ(nn.Module):
+    """project_in (hidden -> dim), a Euclidean codebook, project_out (dim -> hidden); channels-first."""
+
+    def __init__(self, hidden: int, size: int, dim: int) -> None:
+        super().__init__()
+        self.codebook = EuclideanCodebook(size, dim)
+        self.project_in = nn.Linear(hidden, dim)
+        self.project_out = nn.Linear(dim, hidden)
+
+    def encode(self, x: Tensor) -> Tensor:
+        return self.codebook.encode(self.project_in(x.permute(0, 2, 1)))
+
+    def decode(self, indices: Tensor) -> Tensor:
+        return self.project_out(self.codebook.decode(indices)).permute(0, 2, 1)
+
+
+class EuclideanRVQ(nn.Module):
+    """Residual vector quantization over `quantizers` Euclidean VQs (attribute `quantizers`)."""
+
+    def __init__(self, quantizers: int, hidden: int, size: int, dim: int) -> None:
+        super().__init__()
+        self.quantizers = nn.ModuleList(EuclideanVQ(hidden, size, dim) for _ in range(quantizers))
+
+    def encode(self, x: Tensor, n: int | None = None) -> Tensor:
+        """x [B, hidden, T] -> codes [n, B, T]."""
+        residual, codes = x, []
+        for q in self.quantizers[:n]:
+            idx = q.encode(residual)
+            residual = residual - q.decode(idx)
+            codes.append(idx)
+        return torch.stack(codes)
+
+    def decode(self, codes: Tensor) -> Tensor:
+        """codes [n, B, T] -> the summed quantized vectors [B, hidden, T]."""
+        out = torch.tensor(0.0, device=codes.device)
+        for q, idx in zip(self.quantizers, codes):
+            out = out + q.decode(idx)
+        return out

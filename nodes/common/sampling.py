@@ -47,6 +47,9 @@ def select(logits: Tensor, do_sample: bool, temperature: float, top_k: int, top_
            generator: torch.Generator | None) -> int:
     """Greedy argmax, or temperature -> top-k -> top-p -> one multinomial draw from `generator`."""
     logits = logits.float().cpu()
+    if bool(torch.isnan(logits).any()):
+        raise FloatingPointError("the model produced NaN scores: its weights are corrupt or its precision is too "
+                                 "low for it (try fp32)")
     if not do_sample:
         return int(torch.argmax(logits))
     scores = top_p_filter(top_k_filter(logits / temperature, top_k), top_p)
