@@ -190,3 +190,31 @@ def qwen2_layer(dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int,
     layer = DecoderLayer(dim, heads, kv_heads, head_dim, hidden, eps=eps, qk_norm=False, bias=True)
     layer.self_attn.o_proj = nn.Linear(heads * head_dim, dim, bias=False)
     return layer
+
+
+# ---- interleaved (complex-pair) RoPE, as in gpt-fast / Llama-reference code (Fish Speech) ---------------
+
+
+def interleaved_rope_table(positions: int | Tensor, head_dim: int, base: float,
+                           dtype: torch.dtype = torch.bfloat16) -> Tensor:
+    """cos/sin of pairs (x[2i], x[2i+1]) at `positions` (a count: 0..n-1, or a 1-D integer tensor):
+    [len(positions), head_dim // 2, 2], computed on the CPU (every row is independent of the others).
+
+    Computed as gpt-fast does (`torch.polar`, then stored in `dtype`: bfloat16 upstream, whatever the
+    model's precision), and returned in float32 holding those rounded values, which is what the
+    float32 rotation upstream multiplies by."""
+    freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2)[: head_dim // 2].float() / head_dim))
+    if isinstance(positions, int):
+        positions = torch.arange(positions)
+    angles = torch.outer(positions.cpu(), freqs)
+    cis = torch.polar(torch.ones_like(angles), angles)
+    return torch.stack([cis.real, cis.imag], dim=-1).to(dtype).float()
+
+
+def apply_interleaved_rotary(x: Tensor, table: Tensor) -> Tensor:
+    """x [B, T, H, D] rotated by `table` [T, D/2, 2] (rows of interleaved_rope_table) in float32."""
+    xs = x.float().reshape(*x.shape[:-1], -1, 2)
+    t = table.view(1, xs.size(1), 1, xs.size(3), 2)
+    out = torch.stack([xs[..., 0] * t[..., 0] - xs[..., 1] * t[..., 1],
+                       xs[..., 1] * t[..., 0] + xs[..., 0] * t[..., 1]], -1)
+    return out.flatten(3).type_as(x)

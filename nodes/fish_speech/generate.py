@@ -1,0 +1,173 @@
+"""Fish Speech inference as plain functions of the modules (no runtime): prompt, dual-AR loop, sampling.
+
+    ids = build_prompt(tokenizer, text, ref_text, ref_codes)          # [1 + num_codebooks, T] int64
+    codes = generate_codes(model, ids, Sampling(), generator, im_end)  # [num_codebooks, frames]
+    wav = codec.decode(codes)
+
+This follows fish-speech 0.1.0 (`models/text2semantic/inference.py`, `content_sequence.py`) for one
+request: the interleave prompt `<|interleave|>` [`<|speaker:0|>` reference text, reference codes,
+`<|im_end|>`] `<|speaker:0|>` text; one slow step per frame, then the fast LM fills codebooks 1..N-1
+from the slow hidden state. Upstream's sampling, kept as it is:
+- temperature, top-p and repetition penalty are bfloat16 numbers (0.8 -> 0.80078125);
+- repetition penalty over a window of the last 16 generated frames (zeros before the window is
+  full); the slow step penalises the window's first frame across all rows (upstream indexes
+  `previous_tokens[:, 0]`), each fast step its own codebook's row; the first frame has none;
+- top-p before temperature; a token is drawn as argmax(p / q) with q ~ Exp(1) from the generator;
+- fast logits cut to the first 1024 entries; generation stops after the frame whose token is
+  `<|im_end|>` (never on the first frame); the last generated frame is dropped.
+`do_sample=False` takes the top of upstream's own sort after the repetition penalty (what a top-p below
+1 / vocab leaves). Sampling runs on the CPU in the logits' dtype, as upstream's arithmetic does. The draws come from a CPU
+`torch.Generator`, so a seed gives the same codes on any device.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ...runtime.lm.cache import DynamicCache, make_cache
+from ..common.decode import autoregress
+from .model import DualARTransformer
+from .tokenizer import FishTokenizer
+
+WINDOW = 16             # repetition-penalty window (frames)
+FAST_VOCAB = 1024       # upstream samples the fast codebooks from the first 1024 logits
+
+
+@dataclass
+class Sampling:
+    do_sample: bool = True
+    temperature: float = 0.8
+    top_p: float = 0.8
+    repetition_penalty: float = 1.1
+    max_new_tokens: int = 1024
+
+    def validate(self) -> None:
+        if not 0 < self.temperature < 2:
+            raise ValueError(f"temperature: expected in (0, 2), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: expected in (0, 1], got {self.top_p}")
+        if not 0 < self.repetition_penalty < 2:
+            raise ValueError(f"repetition_penalty: expected in (0, 2), got {self.repetition_penalty}")
+        if int(self.max_new_tokens) < 2:
+            raise ValueError(f"max_new_tokens: expected >= 2, got {self.max_new_tokens}")
+
+
+def _bf16(x: float) -> Tensor:
+    return torch.tensor(x, dtype=torch.bfloat16)
+
+
+def sample(logits: Tensor, s: Sampling, previous: Tensor | None, generator: torch.Generator | None) -> int:
+    """One token from logits [V] (upstream's logits_to_probs + multinomial_sample_one_no_sync), on the CPU
+    in the logits' own dtype as upstream computes it (a bf16 model samples from bf16 arithmetic). Not the
+    shared sampling.py: upstream's penalty runs in that dtype, and its top-p is its own (descending sort,
+    `cumsum > top_p` removed, temperature after)."""
+    logits = logits.cpu().clone()
+    if previous is not None:
+        penalty = _bf16(s.repetition_penalty)
+        prev = previous.long()
+        score = logits.gather(0, prev)
+        logits.scatter_(0, prev, torch.where(score < 0, score * penalty, score / penalty))
+    sorted_logits, sorted_idx = torch.sort(logits, descending=True)
+    if not s.do_sample:                   # the first of upstream's sort, as a top-p below 1 / vocab keeps
+        return int(sorted_idx[0])
+    cum = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1)
+    remove = cum > _bf16(s.top_p)
+    remove[0] = False
+    logits = logits.masked_fill(remove.scatter(0, sorted_idx, remove), -float("inf"))
+    probs = torch.softmax(logits / torch.clip(_bf16(s.temperature), min=1e-5), dim=-1)
+    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    return int(torch.argmax(probs / q))
+
+
+def build_prompt(tokenizer: FishTokenizer, text: str, num_codebooks: int, ref_text: str | None = None,
+                 ref_codes: Tensor | None = None) -> Tensor:
+    """The prompt [1 + num_codebooks, T] (int64): token ids in row 0, reference codes under their
+    semantic tokens in rows 1.. (zeros elsewhere)."""
+    parts: list[tuple[str, Tensor | None]] = [("<|interleave|>", None)]
+    if ref_codes is not None:
+        if ref_codes.dim() != 2 or ref_codes.shape[0] != num_codebooks:
+            raise ValueError(f"reference codes: expected [{num_codebooks}, frames], got {list(ref_codes.shape)}")
+        parts += [("<|speaker:0|>", None), (ref_text or "", None), ("", ref_codes), ("<|im_end|>", None)]
+    parts += [("<|speaker:0|>", None), (text, None)]
+    columns = []
+    for piece, codes in parts:
+        if codes is None:
+            ids = torch.tensor(tokenizer.encode(piece), dtype=torch.long)
+            col = torch.zeros(num_codebooks + 1, ids.numel(), dtype=torch.long)
+            col[0] = ids
+        else:
+            codes = codes.long().cpu()
+            col = torch.cat([codes[:1] + tokenizer.semantic_begin_id, codes], dim=0)
+        columns.append(col)
+    return torch.cat(columns, dim=1)
+
+
+def fast_frame(model: DualARTransformer, logits: Tensor, hidden: Tensor, s: Sampling, window: Tensor | None,
+               generator: torch.Generator | None) -> Tensor:
+    """The slow step's token, then the fast LM over the codebooks: one frame [1 + N] (token, codes)."""
+    c = model.config
+    token = sample(logits, s, window[:, 0] if window is not None else None, generator)
+    frame = [token]
+    fast = DynamicCache()
+    model.forward_fast(hidden, fast, 0)
+    code = min(max(token - model.semantic_begin_id, 0), c.codebook_size - 1)
+    frame.append(code)
+    for i in range(1, c.num_codebooks):
+        h = model.fast_embeddings(torch.tensor([[code]], device=hidden.device))
+        fast_logits = model.forward_fast(h, fast, i)[:FAST_VOCAB]
+        code = sample(fast_logits, s, window[i + 1] if window is not None else None, generator)
+        frame.append(code)
+    return torch.tensor(frame, dtype=torch.long)
+
+
+def penalty_window(history: list[Tensor], rows: int) -> Tensor | None:
+    """Upstream's window for the next frame: the last 16 frames generated after the first, zero-padded
+    on the right while fewer (upstream reads them from a zero-initialised buffer); None for the first."""
+    if not history:
+        return None
+    loop = history[1:]
+    window = torch.zeros(rows, WINDOW, dtype=torch.long)
+    recent = loop[-WINDOW:]
+    if recent:
+        window[:, : len(recent)] = torch.stack(recent, dim=1)
+    return window
+
+
+def generate_codes(model: DualARTransformer, prompt: Tensor, s: Sampling, generator: torch.Generator | None,
+                   im_end_id: int, cache_kind: str = "dynamic", check: Callable[[], None] | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> Tensor:
+    """The dual-AR loop (the shared decode loop, one frame per step): codes [num_codebooks, frames]
+    (int64, CPU); the end frame, or the last frame when none came, is dropped as upstream does."""
+    s.validate()
+    c = model.config
+    device = model.embeddings.weight.device
+    steps = min(int(s.max_new_tokens), c.max_seq_len - prompt.shape[1])
+    if steps < 2:
+        raise ValueError(f"the prompt ({prompt.shape[1]} tokens) leaves no room in max_seq_len {c.max_seq_len}")
+    cache = make_cache(cache_kind)
+    state = {"pos": prompt.shape[1], "hidden": None}
+
+    def slow(x: Tensor, start: int) -> Tensor:
+        logits, state["hidden"] = model.forward_slow(x.to(device), cache, start)
+        return logits
+
+    def choose(logits: Tensor, history: list[Tensor]) -> Tensor:
+        return fast_frame(model, logits, state["hidden"], s, penalty_window(history, c.num_codebooks + 1), generator)
+
+    def step(frame: Tensor, i: int) -> Tensor:
+        state["pos"] += 1
+        return slow(frame[:, None], state["pos"] - 1)
+
+    def stop(frame: Tensor) -> bool:       # upstream checks only the frames after the first
+        state["frames"] = state.get("frames", 0) + 1
+        return state["frames"] > 1 and int(frame[0]) == im_end_id
+
+    frames = autoregress(slow(prompt, 0), choose, step, stop, steps, check=check, progress=progress)
+    if len(frames) == steps:               # no end frame: upstream drops the last frame all the same
+        frames = frames[:-1]
+    if not frames:
+        return torch.zeros(c.num_codebooks, 0, dtype=torch.long)
+    return torch.stack(frames, dim=1)[1:]

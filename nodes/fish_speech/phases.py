@@ -1,0 +1,135 @@
+"""Fish Speech (OpenAudio S1-mini) on the runtime: two components, three phases per chunk.
+
+    engine = FishSpeechEngine(load_fish_speech(folder), manager, device="cuda")
+    with manager.request(seed=0) as ctx:
+        wav = engine.speak_chunk(ctx, Chunk("(excited) Hello!", seed=0, reference=ref, reference_text="..."))
+
+- "prompt" (oneshot, cloning only): the codec encodes the reference (44.1 kHz) into codes; computed
+  once per request (`chunk.cache`) and reused by every chunk;
+- "generate" (sequence): the slow LM once per frame, the fast LM (marked hot: it runs once per
+  codebook, 10 times per frame) filling the frame's other codebooks;
+- "decode" (oneshot): the codec turns the codes into 44.1 kHz audio.
+Working memory comes from the request: the slow KV cache for prompt + min(frames per text token x
+text tokens, max_new_tokens) positions, the prefill's activations and logits; the codec's from the
+reference or frame count. Sampling draws from the request's generator, restored on an OOM retry.
+The S1 emotion and tone markers, "(excited)", "(whispering)", are plain text to the model.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ...runtime import ModelHandle, ModelManager, RequestContext
+from ...runtime.lm.cache import peak_bytes
+from ..common.decode import frames_estimate
+from ..common.engine import Capabilities, Chunk, Engine
+from ..common.transformer import kv_position_bytes
+from .generate import Sampling, build_prompt, generate_codes
+from .loader import FishBundle
+
+# The languages S1 was trained on; the model reads the language from the text itself (no language input).
+LANGUAGES = ("auto", "en", "zh", "ja", "ko", "fr", "de", "ar", "es", "ru", "nl", "it", "pl", "pt")
+
+FRAMES_PER_TEXT_TOKEN = 12   # ~21.5 frames/s; BPE text runs 2-4 tokens/s of speech, the estimate leaves room
+MB = 1 << 20
+
+
+class FishSpeechEngine(Engine):
+    engine_id = "fish_speech"
+    capabilities = Capabilities(sample_rate=44100, languages=LANGUAGES, cloning="optional", transcript="required",
+                                max_chunk_chars=300, reference_seconds=(0.5, 60.0), reference_rate=44100,
+                                resampler="torchaudio_sinc")
+    options: ClassVar[dict[str, type]] = {"temperature": float, "top_p": float, "repetition_penalty": float,
+                                          "max_new_tokens": int, "do_sample": bool}
+
+    def __init__(self, bundle: FishBundle, manager: ModelManager, device: torch.device | str = "cpu",
+                 name: str | None = None, min_unit_bytes: int | None = None) -> None:
+        self.bundle = bundle
+        self.lm = ModelHandle(bundle.model, name="lm", kind="sequence", min_unit_bytes=min_unit_bytes)
+        # The fast transformer and its head run once per codebook (10 times per frame), the slow layers once.
+        model = bundle.model
+        for part in (*model.fast_layers, model.fast_output, model.fast_project_in):
+            if any(True for _ in part.parameters()):
+                self.lm.mark(part, "hot")
+        self.codec = ModelHandle(bundle.codec, name="codec", kind="oneshot", min_unit_bytes=min_unit_bytes)
+        super().__init__(manager, [self.lm, self.codec], device, name)
+
+    # ---- estimates ------------------------------------------------------------------------------------
+    def generate_memory(self, prompt_tokens: int, text_tokens: int, max_new_tokens: int) -> int:
+        """Slow KV cache of prompt + expected frames, the prefill's activations, attention and logits."""
+        c = self.bundle.config
+        dtype = self.bundle.dtype
+        size = torch.empty((), dtype=dtype).element_size()
+        frames = frames_estimate(text_tokens, FRAMES_PER_TEXT_TOKEN, max_new_tokens)
+        kv = peak_bytes(kv_position_bytes(c.n_local_heads, c.head_dim, dtype), c.n_layer, prompt_tokens + frames)
+        kv += peak_bytes(kv_position_bytes(c.fast_n_local_heads, c.fast_head_dim, dtype), c.n_fast_layer,
+                         c.num_codebooks)
+        width = max(3 * c.intermediate_size, (c.n_head + 2 * c.n_local_heads) * c.head_dim * 2 + 4 * c.dim)
+        prefill = prompt_tokens * (width * max(size, 4) + (c.num_codebooks + 2) * c.dim * size)
+        attention = 2 * c.n_head * prompt_tokens * prompt_tokens * 4
+        logits = 4 * c.vocab_size * 4
+        return kv + prefill + attention + logits + MB
+
+    def codec_memory(self, samples: int) -> int:
+        """The codec over `samples` audio samples: the widest stage's activations times the temporaries
+        of Snake and a residual unit, plus the quantizer transformers' attention."""
+        cc = self.bundle.codec.config
+        size = next(self.bundle.codec.parameters()).element_size()
+        frames = samples // cc.frame_length + 1
+        widest = max(cc.encoder_dim * 2 * samples, 4 * max(cc.downsample_dims) * frames * 4)
+        t, ch = frames * 4, cc.decoder_dim
+        for r in cc.decoder_rates:
+            widest = max(widest, ch * t)
+            t, ch = t * r, ch // 2
+        steps = samples // cc.hop_length + 1
+        attention = 2 * max(cc.latent_dim // 64, 1) * steps * min(steps, 512) * 4 + 16 * frames * frames * 4
+        return 6 * widest * max(size, 4) + attention + MB
+
+    # ---- phases ---------------------------------------------------------------------------------------
+    def reference_codes(self, ctx: RequestContext, wav: Tensor) -> Tensor:
+        """The "prompt" phase: reference audio (44.1 kHz mono) -> codes [num_codebooks, frames]."""
+        def run() -> Tensor:
+            with torch.inference_mode():
+                p = next(self.bundle.codec.parameters())
+                return self.bundle.codec.encode(wav.to(self.codec.device, p.dtype)).cpu()
+        return ctx.run("prompt", [self.codec], run, memory=self.codec_memory(wav.numel()))
+
+    def codes(self, ctx: RequestContext, prompt: Tensor, text_tokens: int, sampling: Sampling,
+              progress=None) -> Tensor:
+        """The "generate" phase: prompt [1 + N, T] -> codes [N, frames]."""
+        kind = ctx.policy.get("compute.kv_cache")
+        if kind == "static":            # an opt-in that can change numerics on GPUs: named in the output
+            ctx.meta["applied"]["kv_cache"] = "static"
+
+        def run() -> Tensor:
+            with torch.inference_mode():
+                return generate_codes(self.bundle.model, prompt, sampling, ctx.generator, self.bundle.im_end_id,
+                                      kind, check=ctx.check_cancelled, progress=progress)
+        memory = self.generate_memory(prompt.shape[1], text_tokens, sampling.max_new_tokens)
+        return ctx.run("generate", [self.lm], run, memory=memory)
+
+    def decode(self, ctx: RequestContext, codes: Tensor) -> Tensor:
+        """The "decode" phase: codes [N, F] -> waveform [F x 2048] (float32, CPU)."""
+        def run() -> Tensor:
+            with torch.inference_mode():
+                return self.bundle.codec.decode(codes.to(self.codec.device)).float().cpu()
+        samples = codes.shape[1] * self.bundle.codec.config.frame_length
+        return ctx.run("decode", [self.codec], run, memory=self.codec_memory(samples))
+
+    def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        s = Sampling(**{k: v for k, v in chunk.options.items() if v is not None})
+        s.validate()
+        ref_codes = None
+        if chunk.reference is not None:
+            if "reference_codes" not in chunk.cache:
+                chunk.cache["reference_codes"] = self.reference_codes(ctx, chunk.reference.wav)
+            ref_codes = chunk.cache["reference_codes"]
+        tok = self.bundle.tokenizer
+        prompt = build_prompt(tok, chunk.text, self.bundle.config.num_codebooks, chunk.reference_text, ref_codes)
+        codes = self.codes(ctx, prompt, len(tok.encode(chunk.text)), s, chunk.progress)
+        if codes.shape[1] == 0:
+            return torch.zeros(0)
+        return self.decode(ctx, codes)
+
