@@ -24,7 +24,7 @@ LM = {
     "rms_norm_eps": 1e-05, "rope_theta": 10000, "kv_channels": HEAD_DIM,
     "rope_scaling": {"type": "longrope", "long_factor": LONG, "short_factor": SHORT,
                      "original_max_position_embeddings": 512},
-    "vocab_size": 320, "use_mup": False, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4,
+    "vocab_size": 400, "use_mup": False, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4,
 }
 VAE = {
     "encoder_dim": 4, "encoder_rates": [2, 5], "latent_dim": 4, "decoder_dim": 16, "decoder_rates": [3, 2],
