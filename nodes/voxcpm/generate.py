@@ -168,11 +168,11 @@ def sample_patch(model: VoxCPM2, mu: Tensor, cond: Tensor, s: Sampling, generato
 
 @torch.inference_mode()
 def generate_latents(model: VoxCPM2, prompt: Prompt, s: Sampling, generator: torch.Generator | None,
-                     limit: int, kv: str = "dynamic", check: Callable[[], None] | None = None,
+                     limit: int, kv: str = "dynamic", device: torch.device | str = "cpu",
+                     check: Callable[[], None] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> tuple[Tensor, int]:
-    """One attempt: latents [1, D, (context + frames) * P] (float32) and the number of generated frames."""
+    """One attempt on `device`: latents [1, D, (context + frames) * P] (float32, CPU) and the generated frames."""
     c = model.config
-    device = model.stop_head.weight.device
     dtype = model.stop_head.weight.dtype
     feats = prompt.feats[None].to(device, dtype)
     text_mask = prompt.text_mask[None, :, None].to(device, dtype)
@@ -209,11 +209,11 @@ def generate_latents(model: VoxCPM2, prompt: Prompt, s: Sampling, generator: tor
         res_hidden = model.residual_lm(step[:, None], res_cache)[:, 0]
     seq = torch.cat(patches, dim=1)                                   # [1, T, P, D]
     latents = seq.permute(0, 3, 1, 2).reshape(1, c.feat_dim, -1)     # b t p d -> b d (t p)
-    return latents.float(), frames
+    return latents.float().cpu(), frames
 
 
 def generate(model: VoxCPM2, prompt: Prompt, s: Sampling, generator: torch.Generator | None, target_tokens: int,
-             kv: str = "dynamic", check: Callable[[], None] | None = None,
+             kv: str = "dynamic", device: torch.device | str = "cpu", check: Callable[[], None] | None = None,
              progress: Callable[[int, int], None] | None = None) -> tuple[Tensor, int]:
     """Upstream's retry loop around `generate_latents`: an attempt whose length reaches ratio x the target's
     tokens (a "bad case": it did not stop) is drawn again, up to `retry_badcase_max_times` attempts."""
@@ -226,28 +226,28 @@ def generate(model: VoxCPM2, prompt: Prompt, s: Sampling, generator: torch.Gener
     limit = min(limit, room)
     attempts = s.retry_badcase_max_times if s.retry_badcase else 1
     for _ in range(attempts):
-        latents, frames = generate_latents(model, prompt, s, generator, limit, kv, check, progress)
+        latents, frames = generate_latents(model, prompt, s, generator, limit, kv, device, check, progress)
         if not (s.retry_badcase and frames >= target_tokens * s.retry_badcase_ratio_threshold):
             break
     return latents, frames
 
 
 @torch.inference_mode()
-def encode_audio(vae: AudioVAE, wav: Tensor, patch_size: int, pad_left: bool) -> Tensor:
+def encode_audio(vae: AudioVAE, wav: Tensor, patch_size: int, pad_left: bool,
+                 device: torch.device | str = "cpu") -> Tensor:
     """Mono audio [S] at the VAE's input rate -> latent patches [T, P, D], padded to whole patches on the
     left (a continuation: the speech goes on right after it) or the right (a reference)."""
     patch_len = patch_size * vae.config.hop_length
     pad = (-wav.numel()) % patch_len
-    device = next(vae.encoder.parameters()).device
     audio = torch.nn.functional.pad(wav[None].float(), (pad, 0) if pad_left else (0, pad)).to(device)
     feat = vae.encode(audio).cpu()
     return feat.view(vae.config.latent_dim, -1, patch_size).permute(1, 2, 0)
 
 
 @torch.inference_mode()
-def decode_latents(vae: AudioVAE, latents: Tensor, context: int, patch_size: int) -> Tensor:
+def decode_latents(vae: AudioVAE, latents: Tensor, context: int, patch_size: int,
+                   device: torch.device | str = "cpu") -> Tensor:
     """Latents [1, D, L] -> mono float32 audio [N] at the output rate, the `context` prompt patches cut."""
-    device = next(vae.decoder.parameters()).device
     audio = vae.decode(latents.to(device, torch.float32))
     if context > 0:
         audio = audio[..., patch_size * vae.config.decode_hop_length * context:]

@@ -90,6 +90,11 @@ class LMConfig:
                 rope, field_of(d, "max_position_embeddings", int, where), field_of(d, "vocab_size", int, where),
                 field_of(d, "use_mup", bool, where, True), field_of(d, "scale_emb", float, where),
                 field_of(d, "scale_depth", float, where), field_of(d, "no_rope", bool, where, False))
+        try:    # refuse an unknown or malformed rope_scaling now, naming the field
+            if not c.no_rope:
+                rotary_embedding(rope, c.head_dim, c.rope_theta, c.max_position_embeddings)
+        except ValueError as e:
+            raise ConfigError(f"{where}.{e}") from None
         if c.num_attention_heads % c.num_key_value_heads:
             raise ConfigError(f"{where}.num_key_value_heads: {c.num_key_value_heads} does not divide "
                               f"num_attention_heads {c.num_attention_heads}")
