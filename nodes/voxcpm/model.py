@@ -258,6 +258,7 @@ class LocEnc(nn.Module):
         b, t, p, _ = x.shape
         x = self.in_proj(x)
         x = torch.cat([self.special_token.expand(b, t, 1, -1), x], dim=2).reshape(b * t, p + 1, -1)
+        # a strided view, as upstream's: nn.Linear's GEMM path (so its rounding) follows the input's layout
         return self.encoder(x, causal=False)[:, 0, :].reshape(b, t, -1)
 
 

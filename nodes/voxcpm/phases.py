@@ -92,7 +92,7 @@ class VoxCPMEngine(Engine):
         lm, enc, dit = c.lm, c.encoder, c.dit
         t = prompt_positions
         width = max(3 * lm.intermediate_size, 2 * lm.num_attention_heads * lm.head_dim + 6 * lm.hidden_size)
-        prefill = t * width * size + lm.num_attention_heads * t * t * 4          # scores if the math kernel runs
+        prefill = t * width * size            # SDPA's flash / memory-efficient kernels hold no T x T scores
         tokens = t * (c.patch_size + 1)                                        # LocEnc over each prompt patch
         locenc = tokens * max(3 * enc.intermediate_size, 4 * enc.hidden_size) * size
         locenc += t * enc.num_attention_heads * (c.patch_size + 1) ** 2 * 4
@@ -145,7 +145,7 @@ class VoxCPMEngine(Engine):
                              "transcript (continuation cloning); drop one of them")
         text = with_control(normalize_spaces(chunk.text), chunk.instruction)
         reference = continuation = None
-        transcript = (chunk.reference_text or "").strip() or None
+        transcript = chunk.reference_text if (chunk.reference_text or "").strip() else None   # used as given
         if chunk.reference is not None:
             if chunk.reference.sample_rate != self.capabilities.reference_rate:
                 raise ValueError(f"reference: expected audio at {self.capabilities.reference_rate} Hz, got "

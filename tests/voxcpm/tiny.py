@@ -120,8 +120,9 @@ def random_state(module: torch.nn.Module, seed: int, scale: float = 0.3) -> dict
     return out
 
 
-def write_tiny_checkpoint(folder: str | Path, seed: int = 0, cfg: dict | None = None) -> Path:
-    """A complete model folder with random weights, written from our own module definitions."""
+def write_tiny_checkpoint(folder: str | Path, seed: int = 0, cfg: dict | None = None, silent: bool = False) -> Path:
+    """A complete model folder with random weights, written from our own module definitions.
+    `silent`: equal stop-head rows, so the model never stops (every attempt runs to the frame limit)."""
     from mizuoto.nodes.voxcpm.audiovae import AudioVAE, AudioVAEConfig
     from mizuoto.nodes.voxcpm.model import VoxCPM2, VoxCPMConfig
     folder = Path(folder)
@@ -129,7 +130,10 @@ def write_tiny_checkpoint(folder: str | Path, seed: int = 0, cfg: dict | None = 
     cfg = cfg or CONFIG
     (folder / "config.json").write_text(json.dumps(cfg, indent=1))
     c = VoxCPMConfig.from_dict(cfg)
-    save_file(random_state(VoxCPM2(c), seed), str(folder / "model.safetensors"))
+    state = random_state(VoxCPM2(c), seed)
+    if silent:
+        state["stop_head.weight"][1] = state["stop_head.weight"][0]
+    save_file(state, str(folder / "model.safetensors"))
     torch.save(random_state(AudioVAE(AudioVAEConfig.from_dict(cfg.get("audio_vae_config"))), seed + 1),
                folder / "audiovae.pth")
     write_tokenizer(folder)
