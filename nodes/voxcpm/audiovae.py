@@ -1,9 +1,9 @@
 """AudioVAE V2 of VoxCPM 2: a causal convolutional VAE that encodes 16 kHz audio into 64-dim latents at
 25 Hz and decodes them at 48 kHz (sample-rate conditioned decoder, "implicit super-resolution").
 
-Parameter names follow upstream's `audiovae.pth` exactly, weight norm included: the convolutions use
-torch's legacy `weight_norm` (`weight_g` / `weight_v` parameters, the weight recomputed before each
-forward), so the pickle loads unchanged and the runtime streams each conv with its two tensors.
+Parameter names follow upstream's `audiovae.pth` exactly, weight norm included: each convolution holds
+torch's legacy weight-norm parameters (`weight_g`, `weight_v`) and normalises in its forward, so the pickle
+loads unchanged and the runtime streams each conv with its two tensors.
 
     AudioVAE
       encoder   CausalEncoder: conv(1 -> 128), 4 blocks (3 residual units + strided conv), fc_mu / fc_logvar
@@ -13,7 +13,6 @@ forward), so the pickle loads unchanged and the runtime streams each conv with i
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,42 +77,47 @@ class AudioVAEConfig:
         return c
 
 
-def _weight_norm(conv: nn.Module) -> nn.Module:
-    # torch's legacy weight norm (weight_g / weight_v): upstream's checkpoint layout. It is deprecated in
-    # favour of parametrizations, whose parameter names differ, so the warning is not for us.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return nn.utils.weight_norm(conv)
+class _WeightNorm:
+    """Weight norm kept as upstream stores it (`weight_g`, `weight_v` parameters of the conv) and applied
+    inside the forward: `torch._weight_norm(v, g, 0)`, the very call torch's legacy `weight_norm` hook makes
+    before each forward, so results are identical. Unlike that hook, no computed `weight` stays attached
+    to the module after the forward (on a GPU it would hold a copy of every conv outside the runtime's
+    accounting, and keep it after the component is offloaded)."""
+
+    def _init_weight_norm(self) -> None:
+        weight = self.weight
+        del self.weight
+        self.weight_g = nn.Parameter(torch.norm_except_dim(weight, 2, 0).detach())
+        self.weight_v = nn.Parameter(weight.detach())
+
+    def normed_weight(self) -> Tensor:
+        return torch._weight_norm(self.weight_v, self.weight_g, 0)
 
 
-class CausalConv1d(nn.Conv1d):
-    """Conv1d padded on the left only: `2 * padding - output_padding` samples."""
+class CausalConv1d(_WeightNorm, nn.Conv1d):
+    """Weight-normed Conv1d padded on the left only: `2 * padding - output_padding` samples."""
 
     def __init__(self, *args: Any, padding: int = 0, output_padding: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.left = padding * 2 - output_padding
+        self._init_weight_norm()
 
     def forward(self, x: Tensor) -> Tensor:
-        return super().forward(F.pad(x, (self.left, 0)))
+        return self._conv_forward(F.pad(x, (self.left, 0)), self.normed_weight(), self.bias)
 
 
-class CausalConvTranspose1d(nn.ConvTranspose1d):
-    """ConvTranspose1d with `2 * padding - output_padding` samples cut from the right."""
+class CausalConvTranspose1d(_WeightNorm, nn.ConvTranspose1d):
+    """Weight-normed ConvTranspose1d with `2 * padding - output_padding` samples cut from the right."""
 
     def __init__(self, *args: Any, padding: int = 0, output_padding: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.trim = padding * 2 - output_padding
+        self._init_weight_norm()
 
     def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x)[..., :-self.trim]
-
-
-def wn_conv(*args: Any, **kwargs: Any) -> nn.Module:
-    return _weight_norm(CausalConv1d(*args, **kwargs))
-
-
-def wn_conv_transpose(*args: Any, **kwargs: Any) -> nn.Module:
-    return _weight_norm(CausalConvTranspose1d(*args, **kwargs))
+        y = F.conv_transpose1d(x, self.normed_weight(), self.bias, self.stride, self.padding, self.output_padding,
+                               self.groups, self.dilation)
+        return y[..., :-self.trim]
 
 
 class Snake1d(nn.Module):
@@ -132,8 +136,8 @@ class ResidualUnit(nn.Module):
     def __init__(self, dim: int, dilation: int, groups: int) -> None:
         super().__init__()
         self.block = nn.Sequential(
-            Snake1d(dim), wn_conv(dim, dim, kernel_size=7, dilation=dilation, padding=3 * dilation, groups=groups),
-            Snake1d(dim), wn_conv(dim, dim, kernel_size=1))
+            Snake1d(dim), CausalConv1d(dim, dim, kernel_size=7, dilation=dilation, padding=3 * dilation, groups=groups),
+            Snake1d(dim), CausalConv1d(dim, dim, kernel_size=1))
 
     def forward(self, x: Tensor) -> Tensor:
         return x + self.block(x)
@@ -145,7 +149,7 @@ class EncoderBlock(nn.Module):
         half = dim // 2
         self.block = nn.Sequential(
             ResidualUnit(half, 1, groups), ResidualUnit(half, 3, groups), ResidualUnit(half, 9, groups),
-            Snake1d(half), wn_conv(half, dim, kernel_size=2 * stride, stride=stride,
+            Snake1d(half), CausalConv1d(half, dim, kernel_size=2 * stride, stride=stride,
                                    padding=math.ceil(stride / 2), output_padding=stride % 2))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -156,13 +160,13 @@ class CausalEncoder(nn.Module):
     def __init__(self, c: AudioVAEConfig) -> None:
         super().__init__()
         d = c.encoder_dim
-        layers: list[nn.Module] = [wn_conv(1, d, kernel_size=7, padding=3)]
+        layers: list[nn.Module] = [CausalConv1d(1, d, kernel_size=7, padding=3)]
         for stride in c.encoder_rates:
             d *= 2
             layers.append(EncoderBlock(d, stride, d // 2 if c.depthwise else 1))
         self.block = nn.Sequential(*layers)
-        self.fc_mu = wn_conv(d, c.latent_dim, kernel_size=3, padding=1)
-        self.fc_logvar = wn_conv(d, c.latent_dim, kernel_size=3, padding=1)   # unused at inference; in the file
+        self.fc_mu = CausalConv1d(d, c.latent_dim, kernel_size=3, padding=1)
+        self.fc_logvar = CausalConv1d(d, c.latent_dim, kernel_size=3, padding=1)   # unused at inference; in the file
 
     def forward(self, x: Tensor) -> Tensor:
         """Audio [B, 1, T] (T a multiple of the hop) -> latent means [B, D, T / hop]."""
@@ -174,7 +178,7 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.input_channels = dim_in
         self.block = nn.Sequential(
-            Snake1d(dim_in), wn_conv_transpose(dim_in, dim_out, kernel_size=2 * stride, stride=stride,
+            Snake1d(dim_in), CausalConvTranspose1d(dim_in, dim_out, kernel_size=2 * stride, stride=stride,
                                                padding=math.ceil(stride / 2), output_padding=stride % 2),
             ResidualUnit(dim_out, 1, groups), ResidualUnit(dim_out, 3, groups), ResidualUnit(dim_out, 9, groups))
 
@@ -197,7 +201,7 @@ class RateCondition(nn.Module):
         else:
             self.cond_embed = nn.Embedding(buckets, c.cond_dim)
             out_in = dim + c.cond_dim
-        self.out_layer = (nn.Sequential(Snake1d(out_in), wn_conv(out_in, dim, kernel_size=1)) if c.cond_out_layer
+        self.out_layer = (nn.Sequential(Snake1d(out_in), CausalConv1d(out_in, dim, kernel_size=1)) if c.cond_out_layer
                           else nn.Identity())
 
     def forward(self, x: Tensor, bucket: Tensor) -> Tensor:
@@ -215,14 +219,14 @@ class CausalDecoder(nn.Module):
         super().__init__()
         ch = c.decoder_dim
         if c.depthwise:
-            layers: list[nn.Module] = [wn_conv(c.latent_dim, c.latent_dim, kernel_size=7, padding=3, groups=c.latent_dim),
-                                       wn_conv(c.latent_dim, ch, kernel_size=1)]
+            layers: list[nn.Module] = [CausalConv1d(c.latent_dim, c.latent_dim, kernel_size=7, padding=3, groups=c.latent_dim),
+                                       CausalConv1d(c.latent_dim, ch, kernel_size=1)]
         else:
-            layers = [wn_conv(c.latent_dim, ch, kernel_size=7, padding=3)]
+            layers = [CausalConv1d(c.latent_dim, ch, kernel_size=7, padding=3)]
         for i, stride in enumerate(c.decoder_rates):
             dim_out = ch // 2 ** (i + 1)
             layers.append(DecoderBlock(ch // 2 ** i, dim_out, stride, dim_out if c.depthwise else 1))
-        layers += [Snake1d(dim_out), wn_conv(dim_out, 1, kernel_size=7, padding=3), nn.Tanh()]
+        layers += [Snake1d(dim_out), CausalConv1d(dim_out, 1, kernel_size=7, padding=3), nn.Tanh()]
         if c.sr_bin_boundaries is None:
             self.model = nn.Sequential(*layers)
             self.sr_cond_model = None

@@ -229,5 +229,6 @@ def test_units_fixed_part_and_pinned_embedding(engine):
     streamed = {id(p) for u in layout.units for p in u.params}
     assert id(model.base_lm.embed_tokens.weight) not in fixed | streamed       # pinned to the CPU
     assert id(model.feat_encoder.special_token) in fixed and id(model.stop_head.weight) in fixed
-    convs = [m for m in engine.bundle.vae.decoder.modules() if hasattr(m, "weight_g")]
-    assert convs and all(not isinstance(m.weight, torch.nn.Parameter) for m in convs)   # legacy weight norm
+    speak(engine)
+    convs = [m for m in engine.bundle.vae.modules() if hasattr(m, "weight_g")]
+    assert convs and all(hasattr(m, "weight_v") and not hasattr(m, "weight") for m in convs)   # normed in forward
