@@ -102,27 +102,33 @@ class VoxCPMEngine(Engine):
         return caches + prefill + locenc + flow + patches + 2 * t * lm.hidden_size * 4 + MB
 
     def encode_memory(self, samples: int) -> int:
-        """The AudioVAE encoder over `samples` (padded to whole patches): its widest activation times the
-        temporaries of a snake + residual unit."""
+        """The AudioVAE encoder over `samples` (padded to whole patches): six times its widest activation
+        (a snake's and a residual unit's temporaries; measured 5x), or, where more, the largest conv weight
+        normalised in its forward plus one activation."""
         v = self.bundle.vae.config
         length = samples + self.config.patch_size * v.hop_length
         widest, ch = 0, v.encoder_dim
         for stride in v.encoder_rates:
             widest = max(widest, ch * length)
             ch, length = ch * 2, math.ceil(length / stride)
-        return 8 * widest * 4 + MB
+        return self.vae_memory(self.bundle.vae.encoder, widest * 4)
 
     def decode_memory(self, latent_frames: int) -> int:
-        """The AudioVAE decoder over `latent_frames`: the widest stage's activation times the temporaries of a
-        snake + residual unit, and the waveform."""
+        """The AudioVAE decoder over `latent_frames`: as `encode_memory`, with the widest stage output of the
+        upsampling stack (the last stages: few channels, many samples), plus the waveform."""
         v = self.bundle.vae.config
-        length = latent_frames + 1
+        length = latent_frames
         widest, ch = v.decoder_dim * length, v.decoder_dim
         for stride in v.decoder_rates:
             ch //= 2
             length *= stride
-            widest = max(widest, 2 * ch * length)    # the block's input (2 ch, upsampled) and its output
-        return 8 * widest * 4 + length * 8 + MB
+            widest = max(widest, ch * length)
+        return self.vae_memory(self.bundle.vae.decoder, widest * 4) + length * 4
+
+    @staticmethod
+    def vae_memory(module: torch.nn.Module, widest: int) -> int:
+        conv = max((m.weight_v.numel() * 4 for m in module.modules() if hasattr(m, "weight_v")), default=0)
+        return max(6 * widest, conv + widest) + MB
 
     # ---- phases -----------------------------------------------------------------------------------------
     def prompt(self, ctx: RequestContext, wav: Tensor, transcript: bool) -> tuple[Tensor, Tensor | None]:

@@ -38,7 +38,8 @@ def tiny_module():
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    ap.add_argument("--tokens", type=int, nargs="+", default=[8, 32, 96])
+    ap.add_argument("--tokens", type=int, nargs="+", default=[16, 64, 256])
+    ap.add_argument("--frames", type=int, default=8, help="frames generated (max_len): the CPU is slow")
     ap.add_argument("--reference-seconds", type=float, default=3.0)
     args = ap.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
@@ -59,16 +60,18 @@ def main() -> None:
     cfg["encoder_config"]["num_layers"] = 1
     cfg["dit_config"]["num_layers"] = 1
     config = VoxCPMConfig.from_dict(cfg)
-    model = VoxCPM2(config).to(dtype).eval()
-    with torch.no_grad():
-        model.stop_head.weight[1] = model.stop_head.weight[0]          # never stops
+    model = VoxCPM2(config)
+    state = model.state_dict()
+    tiny.silence(state)                                                 # never stops
+    model.load_state_dict(state)
+    model = model.to(dtype).eval()
     vae = AudioVAE(AudioVAEConfig.from_dict(cfg["audio_vae_config"])).eval()
     folder = Path(tempfile.mkdtemp(prefix="voxcpm_figures_"))
     tiny.write_tokenizer(folder)
     bundle = VoxCPMBundle(folder, config, model, vae)
     devices = DeviceService(simulate={"cpu": 1 << 40})
     engine = VoxCPMEngine(bundle, ModelManager(devices))
-    s = Sampling(retry_badcase=False)
+    s = Sampling(retry_badcase=False, max_len=args.frames)
     ref = tiny.reference_wave(args.reference_seconds, freq=180.0)
     print(f"real-width model ({args.dtype}; base 2 + residual 1 + LocEnc 1 + LocDiT 1 layers), reference "
           f"{args.reference_seconds:.1f} s, {s.inference_timesteps} flow steps:")

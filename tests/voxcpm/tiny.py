@@ -120,9 +120,17 @@ def random_state(module: torch.nn.Module, seed: int, scale: float = 0.3) -> dict
     return out
 
 
+def silence(state: dict[str, torch.Tensor]) -> None:
+    """Stop logits fixed at (positive, 0) whatever the hidden state: the model never stops."""
+    state["stop_proj.weight"].zero_()
+    state["stop_proj.bias"].fill_(1.0)
+    state["stop_head.weight"][0].fill_(1.0)
+    state["stop_head.weight"][1].zero_()
+
+
 def write_tiny_checkpoint(folder: str | Path, seed: int = 0, cfg: dict | None = None, silent: bool = False) -> Path:
     """A complete model folder with random weights, written from our own module definitions.
-    `silent`: equal stop-head rows, so the model never stops (every attempt runs to the frame limit)."""
+    `silent`: the model never stops (every attempt runs to the frame limit), see `silence`."""
     from mizuoto.nodes.voxcpm.audiovae import AudioVAE, AudioVAEConfig
     from mizuoto.nodes.voxcpm.model import VoxCPM2, VoxCPMConfig
     folder = Path(folder)
@@ -132,7 +140,7 @@ def write_tiny_checkpoint(folder: str | Path, seed: int = 0, cfg: dict | None = 
     c = VoxCPMConfig.from_dict(cfg)
     state = random_state(VoxCPM2(c), seed)
     if silent:
-        state["stop_head.weight"][1] = state["stop_head.weight"][0]
+        silence(state)
     save_file(state, str(folder / "model.safetensors"))
     torch.save(random_state(AudioVAE(AudioVAEConfig.from_dict(cfg.get("audio_vae_config"))), seed + 1),
                folder / "audiovae.pth")
