@@ -80,25 +80,79 @@ def write_wav(path: str, wav, sample_rate: int) -> None:
         raise
 
 
+def read_wav(path: str):
+    """A PCM WAV file (8/16/32-bit integer) as (samples [C, T] in their integer dtype, rate), standard library only."""
+    import wave
+
+    import numpy as np
+    import torch
+
+    with wave.open(path, "rb") as w:
+        width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
+        data = w.readframes(w.getnframes())
+    dtype = {1: np.uint8, 2: np.int16, 4: np.int32}.get(width)
+    if dtype is None:
+        raise ValueError(f"--reference {path}: {8 * width}-bit samples; expected 8, 16 or 32-bit PCM")
+    pcm = np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+    return torch.from_numpy(pcm.reshape(-1, channels).T.copy()), rate
+
+
 def speak(args: argparse.Namespace) -> int:
-    """Speech from text with the embedded voice: a WAV file and the run's meta.memory."""
+    """Speech from text with any registered engine (the embedded voice by default): a WAV file and the
+    run's meta.memory."""
     import json
+    import os
+    from pathlib import Path
 
     import torch
 
-    from .nodes.hibari.engine import HibariVoice
-    from .nodes.hibari.phases import HibariEngine
-    from .runtime import DeviceService, ModelManager, SettingsError, VramPolicy
-    from .runtime.allocator import apply_cuda_allocator
+    from .nodes.common import folders
+    from .nodes.common.pack_runtime import build_runtime
+    from .nodes.common.pipeline import LoadedModel, SpeakRequest
+    from .nodes.common.pipeline import speak as run
+    from .nodes.common.registry import PRECISIONS, LoadRequest, discover
+    from .runtime import SettingsError, VramPolicy
     from .runtime.policy import parse_setting
 
+    spec = {s.engine_id: s for s in discover()}[args.engine]
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir) or os.path.isdir(args.output):
+        print(f"speak: -o {args.output}: expected a file path in an existing folder", file=sys.stderr)
+        return 2
     text = args.text
     if args.text_file:
-        with open(args.text_file, encoding="utf-8") as f:
-            text = f.read()
+        try:
+            text = Path(args.text_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"speak: --text-file {args.text_file}: cannot be read as UTF-8 text ({e})", file=sys.stderr)
+            return 2
     if text is None:
         print("speak: give the text to read, or --text-file", file=sys.stderr)
         return 2
+    precision = args.precision or spec.precisions[0]
+    if precision not in spec.precisions:
+        print(f"speak: --precision {precision}: expected one of {', '.join(spec.precisions)}", file=sys.stderr)
+        return 2
+    folder = None
+    if spec.embedded:
+        if args.model:
+            print(f"speak: --model: {spec.display_name} has no model folder; leave it out", file=sys.stderr)
+            return 2
+    else:
+        if not args.model:
+            print(f"speak: --model: {spec.display_name} needs a model folder (a path, or a name in "
+                  f"models/TTS/{spec.engine_id}/)", file=sys.stderr)
+            return 2
+        folder = Path(args.model) if os.path.isdir(args.model) else None
+        if folder is None:
+            try:
+                folder = folders.resolve(spec.engine_id, args.model)
+            except folders.ModelNotFound as e:
+                print(f"speak: --model: {e}", file=sys.stderr)
+                return 2
+        if not spec.is_model_folder(folder):
+            print(f"speak: --model {folder}: not a complete {spec.display_name} model folder", file=sys.stderr)
+            return 2
     try:
         settings = {k: parse_setting(k, v) for k, v in _settings(args.setting).items()}
         if args.simulate_vram_mb is not None:
@@ -107,27 +161,29 @@ def speak(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"speak: {e}", file=sys.stderr)
         return 2
-    apply_cuda_allocator(policy)  # before the first CUDA use
-    simulate = policy.get("compute.simulate_vram_mb")
-    if simulate:
-        devices, device = DeviceService(simulate={"cpu": simulate * MB}, strict=True), "cpu"
-    else:
-        devices = DeviceService()
-        device = next((str(d) for d in devices.devices() if d.type != "cpu"), "cpu")
-    manager = ModelManager(devices, policy)
-    engine = HibariEngine(HibariVoice.load(), manager, device=device)
     try:
-        with manager.request(seed=args.seed) as ctx:
-            wav = engine.speak(ctx, text, seed=args.seed, speed=args.speed)
-    except (ValueError, TypeError) as e:
+        reference = read_wav(args.reference) if args.reference else None
+    except (OSError, EOFError, ValueError) as e:
+        print(f"speak: --reference {args.reference}: not a readable PCM WAV file ({e})", file=sys.stderr)
+        return 2
+    runtime = build_runtime(policy, strict=bool(policy.get("compute.simulate_vram_mb")))
+    model = LoadedModel(spec, LoadRequest(args.model or spec.display_name, folder, PRECISIONS[precision],
+                                          runtime.device), runtime)
+    request = SpeakRequest(text=text, seed=args.seed, speed=args.speed, language=args.language, voice=args.voice,
+                           reference=reference, reference_text=args.reference_text,
+                           instruction=args.instruction)
+    try:
+        wav, meta = run(model, request)
+    except (ValueError, TypeError, OSError) as e:
         print(f"speak: {e}", file=sys.stderr)
         return 2
     except torch.OutOfMemoryError as e:
         print(f"speak: out of memory: {e}", file=sys.stderr)
         return 1
-    write_wav(args.output, wav, engine.sample_rate)
-    print(f"wrote {args.output}: {wav.numel() / engine.sample_rate:.2f} s at {engine.sample_rate} Hz")
-    print(json.dumps({"memory": ctx.meta["memory"], "applied": ctx.meta["applied"]}, indent=2))
+    rate = meta["sample_rate"]
+    write_wav(args.output, wav, rate)
+    print(f"wrote {args.output}: {wav.numel() / rate:.2f} s at {rate} Hz ({spec.display_name})")
+    print(json.dumps({"memory": meta["memory"], "applied": meta["applied"]}, indent=2))
     return 0
 
 
@@ -138,11 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
                    help="override a compute.* setting for this run")
     p.set_defaults(func=doctor)
-    p = sub.add_parser("speak", help="speak text with the embedded voice into a WAV file")
+    from .nodes.common.registry import discover
+
+    engines = [s.engine_id for s in discover()]
+    p = sub.add_parser("speak", help="speak text into a WAV file (the embedded voice by default)")
     p.add_argument("text", nargs="?", help="the text to read (or --text-file)")
     p.add_argument("-o", "--output", required=True, help="WAV file to write (16-bit mono)")
     p.add_argument("--text-file", help="read the text from this UTF-8 file")
-    p.add_argument("--engine", choices=["hibari"], default="hibari", help="the engine (the embedded voice)")
+    p.add_argument("--engine", choices=engines, default="hibari",
+                   help="the engine (default: hibari, the embedded voice, which needs no model folder)")
+    p.add_argument("--model", help="the model folder: a path, or a folder name in models/TTS/<engine>/")
+    p.add_argument("--precision", help="fp32, bf16 or fp16 (default: the engine's)")
+    p.add_argument("--language", default="auto", help="language code (en, zh, ...; default auto)")
+    p.add_argument("--voice", help="a named voice of the model")
+    p.add_argument("--reference", help="reference audio to clone (PCM WAV)")
+    p.add_argument("--reference-text", help="what the reference audio says")
+    p.add_argument("--instruction", help="how to speak, where the model takes instructions")
     p.add_argument("--seed", type=int, default=0, help="noise seed; chunk i uses seed + i")
     p.add_argument("--speed", type=float, default=1.0, help="speaking rate, 0.25 to 4.0")
     p.add_argument("--simulate-vram-mb", type=int, help="run on a simulated GPU of this size (CPU)")

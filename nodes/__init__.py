@@ -1,21 +1,19 @@
-"""ComfyUI nodes, one subpackage per engine; the engine-independent ones live in common/."""
+"""ComfyUI nodes: one loader per registered engine (each `nodes/<engine>/` declares an `ENGINE`), the
+Speak node and the Runtime Settings node; model folders and the panel's route."""
 from .common import folders, routes
+from .common.loader_node import loader_node
+from .common.registry import discover
 from .common.speak import MizuotoRuntimeSettings, MizuotoSpeak
-from .hibari.nodes import MizuotoLoadHibari
-from .qwen3_tts.nodes import MizuotoLoadQwen3TTS
 
 folders.register()
 routes.register_routes()
 
-NODE_CLASS_MAPPINGS = {
-    "MizuotoLoadHibari": MizuotoLoadHibari,
-    "MizuotoLoadQwen3TTS": MizuotoLoadQwen3TTS,
+ENGINES = discover()
+NODE_CLASS_MAPPINGS = {spec.loader_node: loader_node(spec) for spec in ENGINES} | {
     "MizuotoSpeak": MizuotoSpeak,
     "MizuotoRuntimeSettings": MizuotoRuntimeSettings,
 }
-NODE_DISPLAY_NAME_MAPPINGS = {
-    "MizuotoLoadHibari": "Load Embedded Voice (hibari heart)",
-    "MizuotoLoadQwen3TTS": "Load Qwen3-TTS",
+NODE_DISPLAY_NAME_MAPPINGS = {spec.loader_node: spec.loader_title for spec in ENGINES} | {
     "MizuotoSpeak": "Speak (Mizuoto)",
     "MizuotoRuntimeSettings": "Runtime Settings (Mizuoto)",
 }

@@ -27,8 +27,15 @@ MARKS = ("hot", "fixed")
 
 
 class ModelHandle:
+    # Unit-size thresholds when a handle is built without them; tests of tiny models lower them here so
+    # engine code builds its handles unchanged.
+    MIN_UNIT_BYTES = MIN_UNIT_BYTES
+    TINY_UNIT_BYTES = TINY_UNIT_BYTES
+
     def __init__(self, module: nn.Module, name: str, kind: str = "oneshot", *, graphable: bool = False,
-                 min_unit_bytes: int = MIN_UNIT_BYTES, tiny_unit_bytes: int = TINY_UNIT_BYTES) -> None:
+                 min_unit_bytes: int | None = None, tiny_unit_bytes: int | None = None) -> None:
+        min_unit_bytes = self.MIN_UNIT_BYTES if min_unit_bytes is None else min_unit_bytes
+        tiny_unit_bytes = self.TINY_UNIT_BYTES if tiny_unit_bytes is None else tiny_unit_bytes
         if kind not in KINDS:
             raise ValueError(f"ModelHandle kind: expected one of {KINDS}, got {kind!r}")
         if not isinstance(module, nn.Module):

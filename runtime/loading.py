@@ -22,14 +22,14 @@ import json
 import math
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-__all__ = ["CheckpointError", "load_module", "read_safetensors_header"]
+__all__ = ["CheckpointError", "load_module", "load_module_from_state", "read_safetensors_header"]
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 _CHUNK = 64 << 20  # bytes read per call (large reads in one call can come back short)
@@ -230,24 +230,53 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     if not isinstance(module, nn.Module):
         raise TypeError(f"load_module: the factory returned {type(module).__name__}, not an nn.Module")
 
-    slots = _slots(module)
+    plan = _match(module, {key: info.shape for key, info in infos.items()}, path)
+    for file in sorted({located[key][1] for _, key in plan}):
+        with open(file, "rb") as f:
+            for slot, key in (entry for entry in plan if located[entry[1]][1] == file):
+                _place(slot, _read_into(f, infos[key], file, key), dtype)
+    return _finish(module, dtype, path)
+
+
+def load_module_from_state(factory: Callable[[], nn.Module], state: Mapping[str, torch.Tensor],
+                           dtype: torch.dtype | None = None, source: str | os.PathLike = "state dict") -> nn.Module:
+    """`load_module` for tensors already in memory (a `.pth` read with `torch.load(weights_only=True,
+    mmap=True)`): the same strict matching, dtype handling and errors naming `source`."""
+    with _parameters_on_meta():
+        module = factory()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"load_module_from_state: the factory returned {type(module).__name__}, not an nn.Module")
+    bad = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
+    if bad:
+        raise CheckpointError(f"{source}: entries that are not tensors: {_describe(bad)}")
+    for slot, key in _match(module, {k: tuple(v.shape) for k, v in state.items()}, source):
+        value = state[key].detach().cpu()
+        if value.untyped_storage().nbytes() != value.nbytes:
+            value = value.clone()  # a view into a pickle's shared storage: own the weight alone
+        _place(slot, value, dtype)
+    return _finish(module, dtype, source)
+
+
+def _match(module: nn.Module, shapes: Mapping[str, tuple[int, ...]], source) -> list[tuple[_Slot, str]]:
+    """Pair every parameter and persistent buffer with its checkpoint key; a CheckpointError names every
+    missing, unexpected and mis-shaped key."""
     plan: list[tuple[_Slot, str]] = []
     missing: list[str] = []
     mismatched: list[str] = []
     expected: set[str] = set()
-    for slot in slots:
+    for slot in _slots(module):
         keys = [key for _, _, key in slot.places]
         expected.update(keys)
-        present = [k for k in keys if k in infos]
+        present = [k for k in keys if k in shapes]
         if not present:
             missing.append(keys[0])
             continue
         key = present[-1]  # as load_state_dict: the last alias in state_dict order wins
-        if infos[key].shape != tuple(slot.tensor.shape):
-            mismatched.append(f"{key}: checkpoint {list(infos[key].shape)}, module {list(slot.tensor.shape)}")
+        if tuple(shapes[key]) != tuple(slot.tensor.shape):
+            mismatched.append(f"{key}: checkpoint {list(shapes[key])}, module {list(slot.tensor.shape)}")
             continue
         plan.append((slot, key))
-    unexpected = sorted(set(infos) - expected)
+    unexpected = sorted(set(shapes) - expected)
     if missing or unexpected or mismatched:
         problems = []
         if missing:
@@ -256,16 +285,15 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
             problems.append(f"unexpected keys {_describe(unexpected)}")
         if mismatched:
             problems.append(f"shape mismatch {_describe(mismatched)}")
-        raise CheckpointError(f"{path} does not match {type(module).__name__}: " + "; ".join(problems))
+        raise CheckpointError(f"{source} does not match {type(module).__name__}: " + "; ".join(problems))
+    return plan
 
-    for file in sorted({located[key][1] for _, key in plan}):
-        with open(file, "rb") as f:
-            for slot, key in (entry for entry in plan if located[entry[1]][1] == file):
-                _place(slot, _read_into(f, infos[key], file, key), dtype)
+
+def _finish(module: nn.Module, dtype: torch.dtype | None, source) -> nn.Module:
     if dtype is not None:
         module.to(dtype)  # the factory's own (non-persistent) floating buffers; loaded tensors are already there
     left = [n for n, t in list(module.named_parameters()) + list(module.named_buffers()) if t.device.type == "meta"]
     if left:
-        raise CheckpointError(f"{path}: {type(module).__name__} still has weights on the meta device after "
+        raise CheckpointError(f"{source}: {type(module).__name__} still has weights on the meta device after "
                               f"loading: {_describe(left)}")
     return module

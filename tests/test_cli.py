@@ -54,7 +54,7 @@ def test_speak_bad_input_is_a_clear_error_and_writes_nothing(tmp_path):
     folder.mkdir()
     out = folder / "x.wav"
     for args, message in [(["  "], "text: empty"), (["...!?"], "nothing speakable"),
-                          (["Hi.", "--speed", "0"], "speed: expected a number in [0.25, 4.0]")]:
+                          (["Hi.", "--speed", "0"], "speed: expected 0.25 to 4.0 for this model")]:
         r = run("speak", *args, "-o", str(out))
         assert r.returncode == 2 and message in r.stderr, r.stderr
         assert list(folder.iterdir()) == []

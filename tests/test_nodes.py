@@ -8,12 +8,13 @@ import torch
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 from mizuoto.nodes.common import folders
-from mizuoto.nodes.common.pack_runtime import get_runtime
+from mizuoto.nodes.common.pack_runtime import build_runtime, get_runtime, use_runtime
 from mizuoto.nodes.common.routes import runtime_report
 from mizuoto.nodes.common.speak import MizuotoRuntimeSettings, MizuotoSpeak
-from mizuoto.nodes.hibari.nodes import MizuotoLoadHibari
+from mizuoto.runtime import VramPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
+MizuotoLoadHibari = NODE_CLASS_MAPPINGS["MizuotoLoadHibari"]
 DEFAULTS = dict(vram_mode="default", vram_reserve_mb=-1, vram_limit_mb=-1, async_offload=-1,
                 host_copies="default", oom_retry="default", oom_fallback="default", kv_cache="default")
 
@@ -40,22 +41,30 @@ def test_speak_returns_comfy_audio_and_the_panel_reports_the_model(model):
     assert report["last"]["model"] == "hibari heart" and "memory" in report["last"]
 
 
-def test_speak_with_per_graph_settings_streams(model):
-    (settings,) = MizuotoRuntimeSettings().settings(**{**DEFAULTS, "vram_mode": "none"})
-    (audio,) = MizuotoSpeak().speak(model, "Short.", seed=0, speed=1.0, language="auto", settings=settings)
-    assert audio["waveform"].numel() > 0
+def test_speak_with_per_graph_settings_streams():
+    """On a simulated GPU that holds the whole voice, vram_mode "none" from the settings node streams it."""
+    policy = VramPolicy({"compute.simulate_vram_mb": 128})
+    with use_runtime(build_runtime(policy, strict=True)) as runtime:
+        (model,) = MizuotoLoadHibari().load("fp32", "auto")
+        (plain,) = MizuotoSpeak().speak(model, "Short.", seed=0, speed=1.0, language="auto")
+        assert runtime.last_meta["memory"]["streamed_mb"] == 0
+        (settings,) = MizuotoRuntimeSettings().settings(**{**DEFAULTS, "vram_mode": "none"})
+        (audio,) = MizuotoSpeak().speak(model, "Short.", seed=0, speed=1.0, language="auto", settings=settings)
+        assert runtime.last_meta["memory"]["streamed_mb"] > 0
+        assert runtime.last_meta["memory"]["partial"]["acoustic"]["reason"] == "vram_mode none"
+        assert torch.equal(audio["waveform"], plain["waveform"])
 
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(text=""), "text: empty"),
     (dict(text="?!..."), "nothing speakable"),
     (dict(text="x" * 200_001), "at most 200000 characters"),
-    (dict(language="xx"), "language: expected one of"),
-    (dict(language="ja"), "speaks English"),
+    (dict(language="xx"), "language: this model speaks auto, en; got 'xx'"),
+    (dict(language="ja"), "language: this model speaks auto, en"),
     (dict(voice="bella"), "voice:"),
-    (dict(speed=9.0), "speed: expected a number"),
+    (dict(speed=9.0), "speed: expected 0.25 to 4.0 for this model"),
     (dict(reference_audio={"waveform": torch.zeros(1, 1, 100), "sample_rate": 16000}), "cannot clone"),
-    (dict(reference_audio={"wave": 1}), "reference_audio: expected ComfyUI AUDIO"),
+    (dict(instruction="whisper"), "instruction: this model takes no instruction"),
 ])
 def test_speak_bad_input_is_a_clear_error(model, kwargs, match):
     args = dict(text="Hello.", seed=0, speed=1.0, language="auto") | kwargs

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .registry import Download
+
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
@@ -84,20 +86,39 @@ def sha256_of(path: Path) -> str:
 
 def download(repo: str, dest: Path, source: Source, progress: Progress | None = None,
              include: Callable[[str], bool] = lambda name: not name.startswith(".")) -> Path:
-    """Download `repo` into `dest` (a new folder); returns `dest`. An existing `dest` is left alone."""
+    """Download every file of `repo` that `include` accepts into `dest` (a new folder); returns `dest`."""
+    files = [f for f in source.files(repo) if include(f.name)]
+    return download_model([(Download(repo), f) for f in files], dest, source, progress, what=repr(repo))
+
+
+def download_plan(downloads, source: Source) -> list:
+    """The (Download, RemoteFile) pairs a model's downloads name (each repository listed once)."""
+    plan = []
+    for d in downloads:
+        files = [f for f in source.files(d.repo) if d.wants(f.name)]
+        if not files:
+            raise DownloadError(f"repository {d.repo!r} has no files matching {list(d.include)}")
+        plan += [(d, f) for f in files]
+    return plan
+
+
+def download_model(plan: list, dest: Path, source: Source, progress: Progress | None = None,
+                   what: str = "model") -> Path:
+    """Fetch the planned files into `dest` (a new folder) through a hidden partial folder, each checked
+    against the hub's sha256 and any pinned one; renamed into place only when all are complete.
+    An existing `dest` is left alone."""
     dest = Path(dest)
     if dest.exists():
         return dest
-    files = [f for f in source.files(repo) if include(f.name)]
-    if not files:
-        raise DownloadError(f"repository {repo!r} has no files to download")
-    total, done = sum(f.size for f in files), 0
+    if not plan:
+        raise DownloadError(f"{what} has no files to download")
+    total, done = sum(f.size for _, f in plan), 0
     partial = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:8]}"
     try:
-        for f in files:
-            target = (partial / f.name).resolve()
+        for d, f in plan:
+            target = (partial / d.destination(f.name)).resolve()
             if partial.resolve() not in target.parents:
-                raise DownloadError(f"repository {repo!r} names a file outside its folder: {f.name!r}")
+                raise DownloadError(f"repository {d.repo!r} names a file outside its folder: {f.name!r}")
             target.parent.mkdir(parents=True, exist_ok=True)
 
             def step(n: int) -> None:
@@ -106,9 +127,10 @@ def download(repo: str, dest: Path, source: Source, progress: Progress | None = 
                 if progress is not None:
                     progress(done, total)
 
-            source.fetch(repo, f.name, target, step)
-            if f.sha256 is not None and (actual := sha256_of(target)) != f.sha256:
-                raise DownloadError(f"{repo}/{f.name}: sha256 {actual} does not match the published {f.sha256}")
+            source.fetch(d.repo, f.name, target, step)
+            for expected in {f.sha256, d.sha256.get(f.name)} - {None}:
+                if (actual := sha256_of(target)) != expected:
+                    raise DownloadError(f"{d.repo}/{f.name}: sha256 {actual} does not match the published {expected}")
         partial.rename(dest)
     finally:
         shutil.rmtree(partial, ignore_errors=True)

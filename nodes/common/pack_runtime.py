@@ -1,11 +1,14 @@
 """The pack's runtime inside ComfyUI (or the command line): one DeviceService, ModelManager and
 RuntimeService per process, created on first use, wired to ComfyUI's memory arbitration when
-ComfyUI is running. Tests build their own runtimes instead of using this one.
+ComfyUI is running. `build_runtime` is the one way to build it (nodes, command line, benchmarks);
+tests build their own and install it with `use_runtime`.
 """
 from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +39,9 @@ def in_comfyui() -> bool:
     return "comfy.model_management" in sys.modules and "folder_paths" in sys.modules
 
 
-def build_runtime(policy: VramPolicy | None = None) -> PackRuntime:
+def build_runtime(policy: VramPolicy | None = None, strict: bool = False) -> PackRuntime:
+    """The runtime for `policy`: ComfyUI's device and arbitration inside ComfyUI, a simulated GPU of
+    `compute.simulate_vram_mb` (strict: offloaded weights on `meta`), else the first accelerator or the CPU."""
     policy = policy if policy is not None else VramPolicy()
     apply_cuda_allocator(policy)  # before our first CUDA use (inside ComfyUI: from the next start)
     arbiter = None
@@ -50,7 +55,7 @@ def build_runtime(policy: VramPolicy | None = None) -> PackRuntime:
         device = mm.get_torch_device()
     simulate = policy.get("compute.simulate_vram_mb")
     if simulate:
-        devices, device = DeviceService(simulate={"cpu": simulate * MB}), torch.device("cpu")
+        devices, device = DeviceService(simulate={"cpu": simulate * MB}, strict=strict), torch.device("cpu")
     else:
         devices = DeviceService()
         if arbiter is None:
@@ -65,3 +70,16 @@ def get_runtime() -> PackRuntime:
         if _runtime is None:
             _runtime = build_runtime()
         return _runtime
+
+
+@contextmanager
+def use_runtime(runtime: PackRuntime) -> Iterator[PackRuntime]:
+    """Make `runtime` the process's pack runtime for the block (tests: a simulated device for the nodes)."""
+    global _runtime
+    with _lock:
+        previous, _runtime = _runtime, runtime
+    try:
+        yield runtime
+    finally:
+        with _lock:
+            _runtime = previous

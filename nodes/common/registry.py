@@ -16,6 +16,8 @@ a folder. Node ids and input names never change once shipped (saved workflows).
 from __future__ import annotations
 
 import fnmatch
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +75,7 @@ class EngineSpec:
     build: Callable[[LoadRequest, ModelManager], Engine]
     is_model_folder: Callable[[Path], bool] | None = None   # None: the engine has no model folder (embedded)
     models: dict[str, tuple[Download, ...]] = field(default_factory=dict)   # known upstream models
+    languages: tuple[str, ...] = ("auto",)              # every language its models may speak (Speak's choices)
     precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")  # first is the loader's default
     loader_display: str = ""                            # "Load Qwen3-TTS" by default
     description: str = ""                               # the loader's tooltip: what it loads, licence
@@ -90,3 +93,26 @@ class EngineSpec:
     @property
     def loader_title(self) -> str:
         return self.loader_display or f"Load {self.display_name}"
+
+
+def discover(package: str | None = None) -> list[EngineSpec]:
+    """Every `ENGINE` declared by a subpackage of `nodes/` (the embedded voice first, then by name).
+
+    A folder without `ENGINE` is not an engine (yet); two engines claiming one id or node id is an error.
+    """
+    package = package or __name__.rsplit(".", 2)[0]          # the `nodes` package, whatever the pack is called
+    nodes = importlib.import_module(package)
+    specs = []
+    for info in pkgutil.iter_modules(nodes.__path__):
+        if info.ispkg and info.name != "common":
+            spec = getattr(importlib.import_module(f"{package}.{info.name}"), "ENGINE", None)
+            if isinstance(spec, EngineSpec):
+                specs.append(spec)
+    for attr in ("engine_id", "loader_node"):
+        seen: dict[str, str] = {}
+        for spec in specs:
+            value = getattr(spec, attr)
+            if value in seen:
+                raise ValueError(f"engines {seen[value]!r} and {spec.engine_id!r} both declare {attr} {value!r}")
+            seen[value] = spec.engine_id
+    return sorted(specs, key=lambda s: (not s.embedded, s.display_name.lower()))

@@ -1,20 +1,22 @@
-"""The engine-independent nodes: Speak (text -> AUDIO) and Runtime settings (per-graph compute.*)."""
+"""The engine-independent nodes: Speak (text -> AUDIO through the pipeline) and Runtime settings."""
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any
 
-import torch
-
 from ...runtime import SettingsError, VramPolicy
 from ...runtime.policy import parse_setting
-from .pack_runtime import get_runtime
+from .pipeline import MAX_SEED, LoadedModel, SpeakRequest, speak
+from .registry import discover
 
 CATEGORY = "audio/tts"
-LANGUAGES = ["auto", "en", "zh", "ja", "ko", "de", "fr", "ru", "pt", "es", "it"]
-MAX_SEED = 0xFFFFFFFFFFFFFFFF
-MAX_TEXT = 200_000  # characters; longer text is almost certainly a mistake (hours of audio)
+
+
+def languages() -> list[str]:
+    """"auto" and every language a registered engine declares (the Speak node's choices)."""
+    codes = {code for spec in discover() for code in spec.languages}
+    return ["auto"] + sorted(codes - {"auto"})
 
 
 def progress_bar(unique_id, total_hint: int = 1):
@@ -24,19 +26,6 @@ def progress_bar(unique_id, total_hint: int = 1):
         return None
     bar = utils.ProgressBar(total_hint, node_id=unique_id)
     return lambda done, total: bar.update_absolute(done, total)
-
-
-def reference_from_audio(audio: dict | None) -> tuple[torch.Tensor, int] | None:
-    """ComfyUI AUDIO ({"waveform": [B, C, T], "sample_rate"}) -> mono [T] float32 and its rate."""
-    if audio is None:
-        return None
-    if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
-        raise ValueError("reference_audio: expected ComfyUI AUDIO {'waveform': [B, C, T], 'sample_rate': int}")
-    wav = audio["waveform"]
-    if not isinstance(wav, torch.Tensor) or wav.dim() != 3 or wav.shape[-1] == 0:
-        raise ValueError(f"reference_audio: expected a waveform [B, C, T] with samples, got "
-                         f"{tuple(wav.shape) if isinstance(wav, torch.Tensor) else type(wav).__name__}")
-    return wav[0].float().mean(dim=0).cpu(), int(audio["sample_rate"])
 
 
 class MizuotoSpeak:
@@ -56,7 +45,7 @@ class MizuotoSpeak:
                 "text": ("STRING", {"multiline": True, "default": "Hello from Mizuoto."}),
                 "seed": ("INT", {"default": 0, "min": 0, "max": MAX_SEED}),
                 "speed": ("FLOAT", {"default": 1.0, "min": 0.25, "max": 4.0, "step": 0.05}),
-                "language": (LANGUAGES, {"default": "auto"}),
+                "language": (languages(), {"default": "auto"}),
             },
             "optional": {
                 "voice": ("STRING", {"default": "", "tooltip": "a speaker name of the model (empty: its default)"}),
@@ -73,26 +62,13 @@ class MizuotoSpeak:
     def speak(self, model, text: str, seed: int, speed: float, language: str, voice: str = "",
               reference_audio: dict | None = None, reference_text: str = "", instruction: str = "",
               settings: dict | None = None, unique_id=None) -> tuple[dict[str, Any]]:
-        if not hasattr(model, "speak"):
+        if not isinstance(model, LoadedModel):
             raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
-        if not isinstance(text, str) or len(text) > MAX_TEXT:
-            raise ValueError(f"text: expected a string of at most {MAX_TEXT} characters")
-        if language not in LANGUAGES:
-            raise ValueError(f"language: expected one of {LANGUAGES}, got {language!r}")
-        runtime = get_runtime()
-        try:
-            task = dict(text=text, seed=seed % (1 << 63), speed=speed, language=language, voice=voice or None,
-                        reference=reference_from_audio(reference_audio), reference_text=reference_text or None,
-                        instruction=instruction or None, progress=progress_bar(unique_id))
-            with model.manager.request(seed=task["seed"], settings=settings) as ctx:
-                wav = ctx.call(model, task, lambda: model.speak(ctx, **task))
-        except torch.OutOfMemoryError:
-            runtime.service.release_after_oom()  # what ComfyUI does after an OOM, for our models
-            raise
-        finally:
-            runtime.service.maintain()
-        runtime.last_meta = {"model": model.name, **ctx.meta}
-        return ({"waveform": wav.reshape(1, 1, -1).float().cpu(), "sample_rate": model.sample_rate},)
+        request = SpeakRequest(text=text, seed=seed, speed=speed, language=language, voice=voice or None,
+                               reference=reference_audio, reference_text=reference_text or None,
+                               instruction=instruction or None, settings=settings)
+        wav, meta = speak(model, request, progress=progress_bar(unique_id))
+        return ({"waveform": wav.reshape(1, 1, -1), "sample_rate": meta["sample_rate"]},)
 
 
 SETTING_INPUTS = {

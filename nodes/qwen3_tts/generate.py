@@ -22,6 +22,8 @@ import torch
 from torch import Tensor
 
 from ...runtime.lm.cache import DynamicCache, make_cache
+from ..common.decode import autoregress
+from ..common.sampling import check_sampling, repetition_penalty, select
 from .model import Qwen3TTS, Talker
 
 SPECIAL_CODEC_TOKENS = 1024   # the last 1024 ids of the codec vocabulary are control tokens (suppressed)
@@ -56,51 +58,17 @@ class Sampling:
 
     def validate(self) -> None:
         for prefix in ("", "subtalker_"):
-            t, k, p = (getattr(self, prefix + n) for n in ("temperature", "top_k", "top_p"))
-            if not t > 0:
-                raise ValueError(f"{prefix}temperature: expected > 0, got {t}")
-            if int(k) < 0:
-                raise ValueError(f"{prefix}top_k: expected >= 0 (0 = off), got {k}")
-            if not 0 < p <= 1:
-                raise ValueError(f"{prefix}top_p: expected in (0, 1], got {p}")
+            check_sampling(*(getattr(self, prefix + n) for n in ("temperature", "top_k", "top_p")), prefix=prefix)
         if not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty: expected > 0, got {self.repetition_penalty}")
         if int(self.max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens: expected >= 1, got {self.max_new_tokens}")
 
 
-# ---- token selection (Hugging Face's logits processors, on the CPU in float32) ----------------------------
-
-
-def select(logits: Tensor, do_sample: bool, temperature: float, top_k: int, top_p: float,
-           generator: torch.Generator | None) -> int:
-    """Greedy argmax, or temperature -> top-k -> top-p -> multinomial draw from `generator`."""
-    if not do_sample:
-        return int(torch.argmax(logits))
-    scores = logits / temperature
-    if top_k and top_k > 0:
-        k = min(int(top_k), scores.shape[-1])
-        kth = torch.topk(scores, k)[0][-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, sorted_idx = torch.sort(scores, descending=False)
-        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        remove = cum <= (1 - top_p)
-        remove[-1:] = False
-        scores = scores.masked_fill(remove.scatter(0, sorted_idx, remove), float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
 def first_code_logits(logits: Tensor, history: list[int], s: Sampling, eos: int, suppress: Tensor) -> Tensor:
     """Repetition penalty over the generated first codes, no end token before MIN_NEW_TOKENS, control
     tokens suppressed (upstream's `generate` settings)."""
-    scores = logits.float().cpu().clone()
-    if history and s.repetition_penalty != 1.0:
-        ids = torch.tensor(history, dtype=torch.long)
-        score = scores.gather(0, ids)
-        score = torch.where(score < 0, score * s.repetition_penalty, score / s.repetition_penalty)
-        scores = scores.scatter(0, ids, score)
+    scores = repetition_penalty(logits, history, s.repetition_penalty)
     if len(history) < MIN_NEW_TOKENS:
         scores[eos] = float("-inf")
     return scores.masked_fill(suppress, float("-inf"))
@@ -253,32 +221,28 @@ def generate_codes(talker: Talker, prompt: Prompt, s: Sampling, generator: torch
     device = prompt.embeds.device
     cache = make_cache(cache_kind)
     h = talker.model(prompt.embeds, cache, 0)
-    logits = talker.codec_head(h)
-    past_hidden = h[:, -1:]
-    pos = prompt.embeds.shape[1]
-    history: list[int] = []
+    state = {"past_hidden": h[:, -1:], "pos": prompt.embeds.shape[1]}
     frames: list[list[int]] = []
     cp_tables = talker.code_predictor.model.codec_embedding
-    for step in range(s.max_new_tokens):
-        if check is not None:
-            check()
+
+    def choose(logits: Tensor, history: list[int]) -> int:
         scores = first_code_logits(logits[0, -1], history, s, eos, suppress)
-        tok = select(scores, s.do_sample, s.temperature, s.top_k, s.top_p, generator)
-        history.append(tok)
-        if tok == eos or step == s.max_new_tokens - 1:    # upstream never feeds the last token back
-            break
+        return select(scores, s.do_sample, s.temperature, s.top_k, s.top_p, generator)
+
+    def step(tok: int, i: int) -> Tensor:
         first = talker.model.codec_embedding(torch.tensor([[tok]], device=device))
-        rest = predict_frame(talker, past_hidden, first, s, generator)
+        rest = predict_frame(talker, state["past_hidden"], first, s, generator)
         frames.append([tok, *rest])
-        hiddens = [first] + [cp_tables[i](torch.tensor([[c]], device=device)) for i, c in enumerate(rest)]
+        hiddens = [first] + [cp_tables[j](torch.tensor([[c]], device=device)) for j, c in enumerate(rest)]
         x = torch.cat(hiddens, dim=1).sum(1, keepdim=True)
-        x = x + (prompt.trailing[:, step].unsqueeze(1) if step < prompt.trailing.shape[1] else prompt.pad)
-        h = talker.model(x, cache, pos)
-        pos += 1
-        logits = talker.codec_head(h)
-        past_hidden = h[:, -1:]
-        if progress is not None:
-            progress(step + 1, s.max_new_tokens)
+        x = x + (prompt.trailing[:, i].unsqueeze(1) if i < prompt.trailing.shape[1] else prompt.pad)
+        h = talker.model(x, cache, state["pos"])
+        state["pos"] += 1
+        state["past_hidden"] = h[:, -1:]
+        return talker.codec_head(h)
+
+    autoregress(talker.codec_head(h), choose, step, lambda tok: tok == eos, s.max_new_tokens,
+                check=check, progress=progress)
     return torch.tensor(frames, dtype=torch.long).reshape(-1, tc.num_code_groups)
 
 

@@ -27,9 +27,9 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ...runtime.units import MIN_UNIT_BYTES
+from ..common.audio import resample, to_mono
+from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
-from .audio import resample, to_mono
 from .generate import Request, Sampling, build_prompt, generate_codes, speaker_embedding
 from .loader import Qwen3TTSBundle
 from .text import assistant_text, instruct_text, ref_text
@@ -39,15 +39,33 @@ SAMPLE_RATE = 24000
 MB = 1 << 20
 
 
-class Qwen3TTSEngine:
-    PHASED = True
+LANGUAGE_NAMES = {"en": "english", "zh": "chinese", "ja": "japanese", "ko": "korean", "de": "german",
+                  "fr": "french", "ru": "russian", "pt": "portuguese", "es": "spanish", "it": "italian"}
+
+
+def capabilities(config) -> Capabilities:
+    """What a Qwen3-TTS checkpoint can do, from its config: CustomVoice speaks named voices (the 1.7B
+    one also takes an instruction), VoiceDesign an instruction, Base clones (transcript optional:
+    without it only the speaker embedding is used)."""
+    kind = config.model_type
+    return Capabilities(
+        sample_rate=SAMPLE_RATE,
+        languages=("auto", *(c for c, n in LANGUAGE_NAMES.items() if n in config.languages)),
+        voices=tuple(sorted(config.talker.spk_id)) if kind == "custom_voice" else (),
+        voice_required=kind == "custom_voice",
+        cloning="required" if kind == "base" else "none",
+        transcript="optional" if kind == "base" else "none",
+        instruction=kind == "voice_design" or (kind == "custom_voice" and config.model_size != "0b6"),
+        reference_seconds=(0.1, 60.0))
+
+
+class Qwen3TTSEngine(Engine):
     engine_id = "qwen3_tts"
-    sample_rate = SAMPLE_RATE
 
     def __init__(self, bundle: Qwen3TTSBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 min_unit_bytes: int = MIN_UNIT_BYTES) -> None:
+                 min_unit_bytes: int | None = None, name: str = "Qwen3-TTS") -> None:
         self.bundle = bundle
-        self.manager = manager
+        self.capabilities = capabilities(bundle.config)
         model, codec = bundle.model, bundle.codec
         DeviceService.pin_to_cpu(model.talker.model.text_embedding)
         self.talker = ModelHandle(model.talker, name="talker", kind="sequence", graphable=True,
@@ -58,16 +76,8 @@ class Qwen3TTSEngine:
         self.encoder = ModelHandle(codec.encoder, name="codec encoder", kind="oneshot", min_unit_bytes=min_unit_bytes)
         self.speaker = (ModelHandle(model.speaker_encoder, name="speaker encoder", kind="oneshot",
                                     min_unit_bytes=min_unit_bytes) if model.speaker_encoder is not None else None)
-        for h in self.handles:
-            manager.register(h, engine=self.engine_id, device=device)
-
-    @property
-    def handles(self) -> list[ModelHandle]:
-        return [h for h in (self.talker, self.decoder, self.encoder, self.speaker) if h is not None]
-
-    @property
-    def device(self) -> torch.device:
-        return self.talker.device
+        handles = [h for h in (self.talker, self.decoder, self.encoder, self.speaker) if h is not None]
+        super().__init__(manager, handles, device, name=name)
 
     @property
     def config(self):
@@ -169,8 +179,8 @@ class Qwen3TTSEngine:
             raise ValueError(f"ref_audio: {wav.numel()} samples is too short; expected at least 80 ms of speech")
         codec_rate = self.bundle.codec.config.input_sample_rate
         spk_rate = self.config.speaker_encoder.sample_rate
-        wav_codec = resample(wav, int(sr), codec_rate)
-        wav_spk = resample(wav, int(sr), spk_rate)
+        wav_codec = resample(wav, int(sr), codec_rate, "soxr_hq")    # librosa.resample's default, as upstream
+        wav_spk = resample(wav, int(sr), spk_rate, "soxr_hq")
         handles = [self.speaker] if x_vector_only else [self.encoder, self.speaker]
 
         def run():
@@ -213,12 +223,13 @@ class Qwen3TTSEngine:
               instruct: str | None = None, ref_audio: Any = None, ref_text: str | None = None,
               x_vector_only: bool = False, non_streaming: bool | None = None,
               tokens: dict[str, Tensor | None] | None = None, progress: Callable[[int, int], None] | None = None,
-              **sampling: Any) -> Tensor:
+              prompt_cache: dict[str, Any] | None = None, **sampling: Any) -> Tensor:
         """Text -> mono float32 waveform [T] at 24 kHz on the CPU.
 
         `tokens` (text_ids / instruct_ids / ref_ids, templated) skips the BPE tokenizer; sampling options
         (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens) default
-        to the model's generation_config.json, then upstream's defaults.
+        to the model's generation_config.json, then upstream's defaults. `prompt_cache` keeps the voice
+        prompt of the reference across the chunks of one request.
         """
         self.check(text, language, speaker, instruct, ref_audio, ref_text, x_vector_only)
         s = Sampling.merged(self.bundle.generate_defaults, **sampling)
@@ -233,7 +244,10 @@ class Qwen3TTSEngine:
         request = Request(ids["text_ids"], language, speaker, ids.get("instruct_ids") if instruct else None,
                           non_streaming=non_streaming)
         if kind == "base":
-            ref_code, spk = self.voice_prompt(ctx, ref_audio, x_vector_only)
+            cache = prompt_cache if prompt_cache is not None else {}
+            if "voice" not in cache:
+                cache["voice"] = self.voice_prompt(ctx, ref_audio, x_vector_only)
+            ref_code, spk = cache["voice"]
             request.spk_embedding = spk
             if not x_vector_only:
                 request.ref_code, request.ref_ids = ref_code, ids["ref_ids"]
@@ -246,3 +260,10 @@ class Qwen3TTSEngine:
             cut = int(request.ref_code.shape[0] / max(full.shape[0], 1) * wav.shape[0])
             return wav[cut:]
         return self.decode(ctx, codes)
+
+    def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        ref = (chunk.reference.wav, chunk.reference.sample_rate) if chunk.reference is not None else None
+        return self.speak(ctx, chunk.text, language=LANGUAGE_NAMES.get(chunk.language, chunk.language),
+                          speaker=chunk.voice, instruct=chunk.instruction, ref_audio=ref, ref_text=chunk.reference_text,
+                          x_vector_only=ref is not None and not chunk.reference_text, progress=chunk.progress,
+                          prompt_cache=chunk.cache)

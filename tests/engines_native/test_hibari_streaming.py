@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from mizuoto.nodes.hibari.engine import HibariVoice
+from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.hibari.phases import HibariEngine
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
 from runtime_helpers import residency_capacity
@@ -27,11 +28,10 @@ def test_streamed_half_and_resident_equal_plain_run(residency, reference):
     manager = ModelManager(DeviceService(simulate={"cpu": capacity}, strict=True),
                            VramPolicy({"compute.vram_mode": mode}))
     engine = HibariEngine(voice, manager)
-    with manager.request(seed=7) as ctx:
-        wav = engine.speak(ctx, TEXT, seed=7, speed=1.1)
+    wav, meta = synthesize(engine, SpeakRequest(TEXT, seed=7, speed=1.1))
     assert torch.equal(wav, reference)
-    assert ctx.meta["applied"]["oom_retries"] == 0
-    streamed = ctx.meta["memory"]["streamed_mb"]
+    assert meta["applied"]["oom_retries"] == 0
+    streamed = meta["memory"]["streamed_mb"]
     if residency == "full":
         assert streamed == 0 and engine.handle.hook_count == 0
     else:

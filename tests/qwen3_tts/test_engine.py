@@ -7,7 +7,8 @@ import shutil
 import pytest
 import torch
 
-from mizuoto.nodes.qwen3_tts.audio import log_mel, resample
+from mizuoto.nodes.common.audio import resample
+from mizuoto.nodes.qwen3_tts.audio import log_mel
 from mizuoto.nodes.qwen3_tts.loader import ModelFolderError, find_models, load_qwen3_tts
 from mizuoto.nodes.qwen3_tts.phases import Qwen3TTSEngine
 from mizuoto.runtime import DeviceService, ModelManager

@@ -10,10 +10,13 @@ pytest.importorskip("tokenizers")
 
 from mizuoto.nodes.common.download import DownloadError  # noqa: E402
 from mizuoto.nodes.common.speak import MizuotoSpeak  # noqa: E402
-from mizuoto.nodes.qwen3_tts import nodes as qnodes  # noqa: E402
+from mizuoto.nodes import NODE_CLASS_MAPPINGS  # noqa: E402
+from mizuoto.nodes.common.loader_node import model_choices  # noqa: E402
+from mizuoto.nodes.qwen3_tts import ENGINE  # noqa: E402
 from qwen3_tts.tiny import write_tiny_checkpoint, write_tokenizer  # noqa: E402
 
 NAME = "Qwen3-TTS-12Hz-0.6B-CustomVoice"
+Loader = NODE_CLASS_MAPPINGS["MizuotoLoadQwen3TTS"]
 
 
 def mirror(tmp_path, corrupt=False):
@@ -33,36 +36,35 @@ def mirror(tmp_path, corrupt=False):
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("MIZUOTO_MODELS_DIR", str(tmp_path / "models" / "TTS"))
-    monkeypatch.setattr(qnodes, "_loaded", {})
     return tmp_path
 
 
 def test_download_load_and_speak(env, monkeypatch):
     monkeypatch.setenv("MIZUOTO_HUB_MIRROR", str(mirror(env)))
-    assert NAME in qnodes.MizuotoLoadQwen3TTS.INPUT_TYPES()["required"]["model"][0]
-    (model,) = qnodes.MizuotoLoadQwen3TTS().load(NAME, "fp32", "cpu")
+    assert NAME in Loader.INPUT_TYPES()["required"]["model"][0]
+    (model,) = Loader().load(NAME, "fp32", "cpu")
     assert (env / "models" / "TTS" / "qwen3_tts" / NAME / "model.safetensors").is_file()
-    assert NAME in qnodes.model_choices()  # now a local folder
+    assert NAME in model_choices(ENGINE)  # now a local folder
     speak = MizuotoSpeak()
     text = "Hello world. The quick brown fox jumps over the lazy dog!"
     (a,) = speak.speak(model, text, seed=4, speed=1.0, language="en", voice="vivian")
     (b,) = speak.speak(model, text, seed=4, speed=1.0, language="en", voice="vivian")
     assert a["sample_rate"] == 24000 and a["waveform"].shape[:2] == (1, 1) and a["waveform"].numel() > 0
     assert torch.equal(a["waveform"], b["waveform"])  # the seed decides, chunk by chunk
-    with pytest.raises(ValueError, match="speaker 'nobody' is not a voice"):
+    with pytest.raises(ValueError, match="voice: 'nobody' is not a voice"):
         speak.speak(model, "Hello.", seed=0, speed=1.0, language="en", voice="nobody")
-    with pytest.raises(ValueError, match="speed: Qwen3-TTS has no speaking-rate control"):
+    with pytest.raises(ValueError, match="speed: this model has no speaking-rate control"):
         speak.speak(model, "Hello.", seed=0, speed=1.5, language="en", voice="vivian")
 
 
 def test_a_corrupt_download_is_refused_and_leaves_no_model(env, monkeypatch):
     monkeypatch.setenv("MIZUOTO_HUB_MIRROR", str(mirror(env, corrupt=True)))
     with pytest.raises(DownloadError, match="does not match the published"):
-        qnodes.MizuotoLoadQwen3TTS().load(NAME, "fp32", "cpu")
+        Loader().load(NAME, "fp32", "cpu")
     assert not (env / "models" / "TTS" / "qwen3_tts" / NAME).exists()
 
 
 def test_unknown_or_escaping_model_names(env):
     for bad in ["no-such-model", "../../etc", "/tmp"]:
         with pytest.raises(FileNotFoundError):
-            qnodes.MizuotoLoadQwen3TTS().load(bad, "bf16", "auto")
+            Loader().load(bad, "bf16", "auto")

@@ -171,3 +171,14 @@ def write_tokenizer(folder: Path) -> None:
         "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
         "model_max_length": 32768, "pad_token": "<|endoftext|>", "split_special_tokens": False,
         "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}, indent=1))
+
+
+def conformance_case(root: Path):
+    """A tiny CustomVoice model with a tokenizer and a short generation budget (conformance test)."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    folder = write_tiny_checkpoint(Path(root) / "tiny-custom", "custom_voice", seed=5)
+    write_tokenizer(folder)
+    (folder / "generation_config.json").write_text(json.dumps({**GENERATION, "max_new_tokens": 8}))
+    return Case(folder, SpeakRequest("Hello world. The fox!", seed=9, language="en", voice="vivian"))

@@ -1,0 +1,137 @@
+"""Reference audio as every engine wants it: checked once, mono float32, at the rate the engine's
+upstream resamples to, with upstream's own resampler.
+
+    ref = reference_from_audio({"waveform": wav, "sample_rate": 44100})          # Reference(mono [T], 44100)
+    wav16k = resample(ref.wav, 44100, 16000, method="soxr_hq")                   # librosa's default
+
+Resamplers (exact reimplementations, so a reference gives the same codes as upstream):
+- "soxr_hq": libsoxr's HQ preset through the small `soxr` package, then librosa's length fix
+  (ceil(n * target / orig), zero-padded or cut) — what `librosa.resample` does by default.
+- "torchaudio_sinc": torchaudio's windowed-sinc (`transforms.Resample` defaults: Hann window, 6 zero
+  crossings, roll-off 0.99, the kernel computed in float64 and applied in float32). Rates that share
+  no large common factor would need a kernel of (target x orig) taps (44 101 -> 24 000 Hz: 4 GB); the
+  polyphase rows are then applied in blocks with bounded memory.
+Rates outside [MIN_RATE, MAX_RATE] are refused before anything is allocated.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MIN_RATE, MAX_RATE = 4000, 384000
+KERNEL_BLOCK_BYTES = 64 << 20   # polyphase rows applied per block by the sinc resampler
+RESAMPLERS = ("soxr_hq", "torchaudio_sinc")
+
+
+def check_rate(rate: object, what: str = "sample_rate") -> int:
+    """An integer sample rate within [MIN_RATE, MAX_RATE] Hz, or a ValueError naming `what`."""
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(float(rate)) \
+            or float(rate) != int(rate):
+        raise ValueError(f"{what}: expected a whole number of Hz, got {rate!r}")
+    rate = int(rate)
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ValueError(f"{what}: {rate} Hz is outside the supported range {MIN_RATE}-{MAX_RATE} Hz")
+    return rate
+
+
+def to_float(wav: Tensor, what: str = "reference_audio") -> Tensor:
+    """Samples as float32 in [-1, 1] scale: integer PCM is scaled as soundfile/librosa read it."""
+    if wav.dtype == torch.uint8:
+        return (wav.float() - 128.0) / 128.0
+    if wav.dtype in (torch.int8, torch.int16, torch.int32, torch.int64):
+        bits = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}[wav.dtype]
+        return (wav.double() / float(2 ** (bits - 1))).float()
+    if wav.dtype == torch.bool or wav.is_complex() or not wav.is_floating_point():
+        raise ValueError(f"{what}: expected real audio samples (float or integer PCM), got {wav.dtype}")
+    return wav.float()
+
+
+def to_mono(wav: Tensor, what: str = "reference_audio") -> Tensor:
+    """[T], [C, T] or [B, C, T] (ComfyUI AUDIO) -> float32 [T]: the first batch item, channels averaged."""
+    wav = torch.as_tensor(wav)
+    if wav.dim() == 3:
+        if wav.shape[0] == 0:
+            raise ValueError(f"{what}: the batch is empty (shape {tuple(wav.shape)}); expected [B>=1, C, T]")
+        wav = wav[0]
+    if wav.dim() == 2:
+        if wav.shape[0] == 0:
+            raise ValueError(f"{what}: no channels (shape {tuple(wav.shape)}); expected [C>=1, T]")
+        wav = to_float(wav, what).mean(dim=0)
+    if wav.dim() != 1:
+        raise ValueError(f"{what}: expected a waveform [T], [C, T] or [B, C, T], got shape {tuple(wav.shape)}")
+    return to_float(wav, what)
+
+
+def check_samples(wav: Tensor, rate: int, seconds: tuple[float, float] = (0.0, math.inf),
+                  what: str = "reference_audio") -> Tensor:
+    """Finite samples, and a length within `seconds`; returns `wav`."""
+    if wav.numel() == 0:
+        raise ValueError(f"{what}: no samples; expected audio")
+    if not bool(torch.isfinite(wav).all()):
+        raise ValueError(f"{what}: contains NaN or infinite samples; expected finite audio")
+    lo, hi = seconds
+    length = wav.numel() / rate
+    if not lo <= length <= hi:
+        raise ValueError(f"{what}: {length:.2f} s long; expected {lo:g} to {hi:g} s for this model")
+    return wav
+
+
+def resample(wav: Tensor, orig: int, target: int, method: str = "soxr_hq") -> Tensor:
+    """Mono float32 [T] from `orig` Hz to `target` Hz with `method` (see the module docstring)."""
+    orig, target = check_rate(orig, "sample rate"), check_rate(target, "target sample rate")
+    if method not in RESAMPLERS:
+        raise ValueError(f"resampler {method!r}: expected one of {RESAMPLERS}")
+    if orig == target:
+        return wav
+    if method == "soxr_hq":
+        return _soxr_hq(wav, orig, target)
+    return _torchaudio_sinc(wav, orig, target)
+
+
+def _soxr_hq(wav: Tensor, orig: int, target: int) -> Tensor:
+    import soxr  # a small compiled wheel; imported when a reference needs resampling
+
+    x = wav.detach().cpu().numpy()
+    y = soxr.resample(x, orig, target, quality="soxr_hq")
+    n = int(np.ceil(x.shape[-1] * float(target) / orig))       # librosa.resample(fix=True)
+    y = y[:n] if y.shape[-1] >= n else np.pad(y, (0, n - y.shape[-1]))
+    return torch.from_numpy(np.asarray(y, dtype=x.dtype).copy())
+
+
+def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99,
+                phases: range | None = None) -> tuple[Tensor, int]:
+    """Rows `phases` (default all) of torchaudio's Hann-windowed sinc kernel [phases, 1, taps] (float32)
+    for reduced rates orig -> target, and the padding width."""
+    base = min(orig, target) * rolloff
+    width = math.ceil(zeros * orig / base)
+    phases = phases if phases is not None else range(target)
+    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, None] / orig
+    t = torch.arange(-phases.start, -phases.stop, -1)[:, None, None] / target + idx
+    t *= base
+    t = t.clamp_(-zeros, zeros)
+    window = torch.cos(t * math.pi / zeros / 2) ** 2
+    t *= math.pi
+    kernel = torch.where(t == 0, torch.tensor(1.0).to(t), t.sin() / t)
+    kernel *= window * (base / orig)
+    return kernel.to(torch.float32), width
+
+
+def _torchaudio_sinc(wav: Tensor, orig: int, target: int) -> Tensor:
+    g = math.gcd(orig, target)
+    orig, target = orig // g, target // g
+    length = wav.shape[-1]
+    width = math.ceil(6 * orig / (min(orig, target) * 0.99))
+    x = F.pad(wav.float()[None, None], (width, width + orig))
+    rows = max(1, KERNEL_BLOCK_BYTES // ((2 * width + orig) * 8))
+    outs = []
+    for start in range(0, target, rows):
+        kernel, _ = sinc_kernel(orig, target, phases=range(start, min(start + rows, target)))
+        outs.append(F.conv1d(x, kernel, stride=orig)[0])                   # [phases, frames]
+    y = torch.cat(outs).T.reshape(-1)
+    n = int(math.ceil(target * length / orig))
+    return y[:n]

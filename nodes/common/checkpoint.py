@@ -1,0 +1,60 @@
+"""Pickled checkpoints (`.pt`, `.pth`, `.ckpt`, `.bin`) read safely: `torch.load(weights_only=True)` only.
+
+Several upstream engines ship pickles. `weights_only=True` unpickles tensors and plain containers and
+refuses every other global, so a planted pickle cannot run code; `mmap=True` maps the file instead of
+reading it, so a large checkpoint costs page cache, not a second copy in RAM.
+
+    state = state_dict(load_pickle(folder / "model.pth"), folder / "model.pth", key="state_dict", strip="model.")
+    model = load_module_from_state(lambda: Model(config), state, torch.bfloat16, source=folder / "model.pth")
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...runtime.loading import CheckpointError
+
+
+def load_pickle(path: str | os.PathLike) -> Any:
+    """The object in a torch pickle, unpickled with `weights_only=True` (memory-mapped when the file is a
+    zip archive, torch's format since 1.6). Errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    mmap = zipfile.is_zipfile(path)  # legacy (pre-1.6) pickles cannot be mapped
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{path}: refused to unpickle (only tensors and plain containers are loaded; "
+                              f"{str(e).splitlines()[0]})") from None
+    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+
+
+def state_dict(obj: Any, path: str | os.PathLike, key: str | None = None, strip: str = "") -> dict[str, torch.Tensor]:
+    """The tensors of a loaded pickle: `obj[key]` when given (a Lightning/training checkpoint), keys
+    starting with `strip` only, with that prefix removed (e.g. "ema_model.")."""
+    if key is not None:
+        if not isinstance(obj, Mapping) or key not in obj:
+            found = sorted(obj)[:8] if isinstance(obj, Mapping) else type(obj).__name__
+            raise CheckpointError(f"{path}: expected an entry {key!r} holding the weights, found {found}")
+        obj = obj[key]
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path}: expected a mapping of tensor names to tensors, got {type(obj).__name__}")
+    out = {}
+    for name, value in obj.items():
+        if not isinstance(name, str) or not name.startswith(strip):
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{path}: entry {name!r} is a {type(value).__name__}, expected a tensor")
+        out[name[len(strip):]] = value
+    if not out:
+        raise CheckpointError(f"{path}: no tensors{f' under {strip!r}' if strip else ''}")
+    return out

@@ -1,0 +1,210 @@
+"""The Speak pipeline: everything engines share, around one `Engine.speak_chunk` per chunk.
+
+    model = LoadedModel(spec, LoadRequest(...), runtime)        # what a loader node returns
+    wav, meta = speak(model, SpeakRequest(text="Hello.", seed=0), progress=bar)
+
+Per request: the inputs are checked against the engine's declared `Capabilities` (language, voice,
+speed, reference audio and transcript, instruction, engine options) before any model runs; the
+reference audio is checked once (rate, finite samples, integer PCM scaled, length) and resampled the
+way the engine's upstream does; the text is split at sentence boundaries within the engine's limit;
+chunk i runs with seed + i (the request's generator re-seeded), ComfyUI's progress and interrupt per
+chunk, inside one runtime request (one `meta`); the chunks are concatenated. After the request the
+runtime service runs its upkeep; after an OOM failure it unloads idle models, as ComfyUI does.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .audio import check_rate, check_samples, resample, to_mono
+from .engine import Capabilities, Chunk, Engine, Reference
+
+if TYPE_CHECKING:
+    from .pack_runtime import PackRuntime
+    from .registry import EngineSpec, LoadRequest
+
+MAX_SEED = 0xFFFFFFFFFFFFFFFF     # the Speak node's range (ComfyUI seeds are unsigned 64-bit)
+SEED_MODULUS = 1 << 63            # torch generators take signed 64-bit seeds
+MAX_TEXT = 200_000                # characters; longer text is almost certainly a mistake (hours of audio)
+
+
+class LoadedModel:
+    """A loader node's output (ComfyUI type MIZUOTO_TTS): which model, never the weights themselves.
+
+    The engine lives in the runtime service, which may evict it at any time it is idle (RAM relief,
+    /free, an OOM); `using()` brings it back from the same files, so this object stays valid for as long
+    as ComfyUI holds it. When the last one naming a model is gone, the service evicts that model.
+    """
+
+    def __init__(self, spec: EngineSpec, request: LoadRequest, runtime: PackRuntime) -> None:
+        self.spec = spec
+        self.request = request
+        self.runtime = runtime
+        dtype = str(request.dtype).removeprefix("torch.")
+        self.key = f"{spec.engine_id}:{request.model}:{dtype}:{request.device}"
+        runtime.service.reference(self.key)
+        weakref.finalize(self, runtime.service.dereference, self.key)
+
+    @property
+    def name(self) -> str:
+        return self.request.model
+
+    def build(self) -> Engine:
+        return self.spec.build(self.request, self.runtime.manager)
+
+    def using(self):
+        """Context manager yielding the loaded engine for one request (loading it if it was evicted)."""
+        return self.runtime.service.using(self.key, self.build)
+
+    def __repr__(self) -> str:
+        return f"LoadedModel({self.key!r})"
+
+
+@dataclass
+class SpeakRequest:
+    text: str
+    seed: int = 0
+    speed: float = 1.0
+    language: str = "auto"
+    voice: str | None = None
+    reference: Any = None                 # ComfyUI AUDIO dict, (waveform, sample_rate), or None
+    reference_text: str | None = None
+    instruction: str | None = None
+    settings: dict[str, Any] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def check_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"seed: expected an integer from 0 to {MAX_SEED}, got {seed!r}")
+    return int(seed)
+
+
+def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type]) -> None:
+    """Every input against the engine's declaration; the first problem is a ValueError naming the input."""
+    if not isinstance(req.text, str):
+        raise ValueError(f"text: expected a string, got {type(req.text).__name__}")
+    if not req.text.strip():
+        raise ValueError("text: empty or only whitespace; expected something to read")
+    if len(req.text) > MAX_TEXT:
+        raise ValueError(f"text: {len(req.text)} characters; expected at most {MAX_TEXT} characters")
+    check_seed(req.seed)
+    if req.language not in caps.languages:
+        raise ValueError(f"language: this model speaks {', '.join(caps.languages)}; got {req.language!r}")
+    lo, hi = caps.speed
+    if isinstance(req.speed, bool) or not isinstance(req.speed, numbers.Real) or not math.isfinite(req.speed):
+        raise ValueError(f"speed: expected a number, got {req.speed!r}")
+    if not lo <= req.speed <= hi:
+        what = "this model has no speaking-rate control; expected 1.0" if lo == hi else \
+            f"expected {lo} to {hi} for this model"
+        raise ValueError(f"speed: {what} (1.0 = normal pace), got {req.speed}")
+    if req.voice:
+        if not caps.voices:
+            raise ValueError(f"voice: this model has no named voices; leave it empty (got {req.voice!r})")
+        if req.voice.lower() not in [v.lower() for v in caps.voices]:
+            raise ValueError(f"voice: {req.voice!r} is not a voice of this model; expected one of "
+                             f"{', '.join(caps.voices)}")
+    elif caps.voice_required:
+        raise ValueError(f"voice: this model needs a voice name; expected one of {', '.join(caps.voices)}")
+    if req.instruction and not caps.instruction:
+        raise ValueError("instruction: this model takes no instruction; leave it empty")
+    if req.reference is not None and caps.cloning == "none":
+        raise ValueError("reference_audio: this model cannot clone a voice; leave it unconnected or use an "
+                         "engine that supports reference audio")
+    if req.reference is None and caps.cloning == "required":
+        raise ValueError("reference_audio: this model clones a voice; connect reference audio (and give "
+                         "reference_text, what it says)")
+    if req.reference_text and (req.reference is None or caps.transcript == "none"):
+        raise ValueError("reference_text: only used with reference audio by a model that reads transcripts; "
+                         "leave it empty")
+    if req.reference is not None and caps.transcript == "required" and not (req.reference_text or "").strip():
+        raise ValueError("reference_text: this model needs the transcript of the reference audio")
+    unknown = sorted(set(req.options) - set(options))
+    if unknown:
+        raise ValueError(f"options: {unknown} are not options of this model; expected some of {sorted(options)}")
+    for name, value in req.options.items():
+        if not isinstance(value, options[name]):
+            raise ValueError(f"options: {name} expected {options[name].__name__}, got {value!r}")
+
+
+def reference_audio(audio: Any, caps: Capabilities) -> Reference:
+    """ComfyUI AUDIO or (waveform, rate) -> a checked mono Reference at the engine's reference rate."""
+    if isinstance(audio, dict):
+        if "waveform" not in audio or "sample_rate" not in audio:
+            raise ValueError("reference_audio: expected ComfyUI AUDIO {'waveform': [B, C, T], 'sample_rate': int}")
+        wav, rate = audio["waveform"], audio["sample_rate"]
+    elif isinstance(audio, tuple) and len(audio) == 2:
+        wav, rate = audio
+    else:
+        raise ValueError(f"reference_audio: expected ComfyUI AUDIO or (waveform, sample_rate), got "
+                         f"{type(audio).__name__}")
+    if not isinstance(wav, torch.Tensor):
+        raise ValueError(f"reference_audio: expected a waveform tensor, got {type(wav).__name__}")
+    rate = check_rate(rate, "reference_audio sample_rate")
+    wav = check_samples(to_mono(wav.detach().cpu()), rate, caps.reference_seconds)
+    if caps.reference_rate is not None and caps.reference_rate != rate:
+        wav, rate = resample(wav, rate, caps.reference_rate, caps.resampler), caps.reference_rate
+    return Reference(wav, rate)
+
+
+def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], None] | None = None,
+          cancel: threading.Event | None = None) -> tuple[Tensor, dict[str, Any]]:
+    """Speech for `req` with `model`: (mono float32 waveform [T] on the CPU, the request's meta)."""
+    service = model.runtime.service
+    try:
+        with model.using() as engine:
+            wav, meta = synthesize(engine, req, progress, cancel)
+    except torch.OutOfMemoryError:
+        service.release_after_oom()  # what ComfyUI does after an OOM, for our models
+        raise
+    finally:
+        service.maintain()
+    meta = {"model": model.name, "engine": model.spec.engine_id, **meta}
+    model.runtime.last_meta = meta
+    return wav, meta
+
+
+def _within(progress, i: int, count: int):
+    """Progress inside chunk i as steps of the whole request (ComfyUI's bar takes one total)."""
+    if progress is None:
+        return None
+    return lambda done, total: progress(i * total + done, count * total)
+
+
+def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int], None] | None = None,
+               cancel: threading.Event | None = None) -> tuple[Tensor, dict[str, Any]]:
+    """The pipeline on an engine already loaded (no service: tests, benchmarks); see `speak`."""
+    caps = engine.capabilities
+    check_request(caps, req, engine.options)
+    reference = reference_audio(req.reference, caps) if req.reference is not None else None
+    texts = engine.split_text(req.text)
+    if not texts:
+        raise ValueError(f"text: nothing speakable in {req.text[:40]!r}")
+    seed = check_seed(req.seed)
+    cache: dict[str, Any] = {}
+    out = []
+    with engine.manager.request(seed=seed % SEED_MODULUS, cancel=cancel, settings=req.settings) as ctx:
+        for i, text in enumerate(texts):
+            ctx.check_cancelled()
+            chunk = Chunk(text=text, seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
+                          language=req.language, voice=req.voice or None, reference=reference,
+                          reference_text=req.reference_text or None, instruction=req.instruction or None,
+                          speed=float(req.speed), options=dict(req.options), cache=cache,
+                          progress=_within(progress, i, len(texts)))
+            ctx.generator.manual_seed(chunk.seed)
+            wav = ctx.call(engine, chunk, lambda: engine.speak_chunk(ctx, chunk))
+            if not bool(torch.isfinite(wav).all()):
+                raise FloatingPointError(f"{engine.name}: chunk {i + 1} of {len(texts)} produced NaN or infinite "
+                                         "samples (corrupt weights, or a precision too low for this model)")
+            out.append(wav.reshape(-1).float().cpu())
+            if progress is not None:
+                progress(i + 1, len(texts))
+    return torch.cat(out), {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate}

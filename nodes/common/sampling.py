@@ -1,0 +1,64 @@
+"""Token selection shared by the autoregressive engines (Hugging Face's logits processors, reproduced).
+
+    scores = repetition_penalty(logits, history, 1.05)
+    token = select(scores, do_sample=True, temperature=0.9, top_k=50, top_p=1.0, generator=ctx.generator)
+
+Everything runs on the CPU in float32 and draws from a CPU `torch.Generator`, so a seed gives the same
+tokens on any device and however much of the model was streamed.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def repetition_penalty(logits: Tensor, history: list[int] | Tensor, penalty: float) -> Tensor:
+    """HF's RepetitionPenaltyLogitsProcessor over the ids in `history` (a new float32 CPU tensor)."""
+    scores = logits.float().cpu().clone()
+    if penalty == 1.0 or len(history) == 0:
+        return scores
+    ids = torch.as_tensor(history, dtype=torch.long)
+    score = scores.gather(-1, ids)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return scores.scatter(-1, ids, score)
+
+
+def top_k_filter(scores: Tensor, top_k: int) -> Tensor:
+    """Keep the `top_k` largest scores (ties with the k-th kept), the rest -inf; 0 = off."""
+    if not top_k or top_k <= 0:
+        return scores
+    k = min(int(top_k), scores.shape[-1])
+    kth = torch.topk(scores, k)[0][..., -1, None]
+    return scores.masked_fill(scores < kth, float("-inf"))
+
+
+def top_p_filter(scores: Tensor, top_p: float) -> Tensor:
+    """Nucleus filtering as HF's TopPLogitsWarper (the smallest set with mass > top_p; always one token)."""
+    if top_p >= 1.0:
+        return scores
+    sorted_logits, sorted_idx = torch.sort(scores, descending=False)
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove = cum <= (1 - top_p)
+    remove[..., -1:] = False
+    return scores.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
+
+
+def select(logits: Tensor, do_sample: bool, temperature: float, top_k: int, top_p: float,
+           generator: torch.Generator | None) -> int:
+    """Greedy argmax, or temperature -> top-k -> top-p -> one multinomial draw from `generator`."""
+    logits = logits.float().cpu()
+    if not do_sample:
+        return int(torch.argmax(logits))
+    scores = top_p_filter(top_k_filter(logits / temperature, top_k), top_p)
+    probs = torch.softmax(scores, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float, prefix: str = "") -> None:
+    """Clear errors for sampling settings no engine can use."""
+    if not temperature > 0:
+        raise ValueError(f"{prefix}temperature: expected > 0, got {temperature}")
+    if int(top_k) < 0:
+        raise ValueError(f"{prefix}top_k: expected >= 0 (0 = off), got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"{prefix}top_p: expected in (0, 1], got {top_p}")

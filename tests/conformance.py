@@ -1,0 +1,19 @@
+"""What an engine gives the registry-driven conformance test (tests/engines_native/test_conformance.py).
+
+Every registered engine has `tests/<engine_id>/tiny.py` with `conformance_case(root) -> Case`: a tiny model
+folder in the upstream layout (written under `root`; None for an engine without files) and one short
+valid request in the engine's main mode. The test fails for an engine that has none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mizuoto.nodes.common.pipeline import SpeakRequest
+
+
+@dataclass
+class Case:
+    folder: Path | None
+    request: SpeakRequest
+    unit_bytes: int = 16 << 10     # tiny layers: units this small, so every engine has something to stream

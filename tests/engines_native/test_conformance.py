@@ -1,0 +1,142 @@
+"""Every registered engine, through the Speak pipeline, on a tiny model (`tests/<engine>/tiny.py`):
+
+- all units streamed, half-resident and fully resident on the strict simulated device give audio
+  `torch.equal` to a plain CPU run (and streaming really happened where it should);
+- every phase's working-memory estimate covers what the phase really allocated (nothing calibrated);
+- an interrupt in the middle of a chunk leaves the runtime clean (no component in use, no copy left on
+  the device) and the next request equals a clean run;
+- every declared capability is honoured and every undeclared input is a clear ValueError naming it.
+
+A new engine gets all of this by registering its EngineSpec and writing `conformance_case`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.common.registry import LoadRequest, discover
+from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, VramPolicy
+
+TESTS = Path(__file__).resolve().parents[1]
+ENGINES = {spec.engine_id: spec for spec in discover()}
+MB = 1 << 20
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def conformance_case(engine_id: str, root: Path):
+    path = TESTS / engine_id / "tiny.py"
+    assert path.is_file(), f"{engine_id}: registered engines need {path} with conformance_case(root)"
+    spec = importlib.util.spec_from_file_location(f"conformance_{engine_id}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.conformance_case(root)
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def engine_case(request, tmp_path_factory):
+    spec = ENGINES[request.param]
+    case = conformance_case(spec.engine_id, tmp_path_factory.mktemp(spec.engine_id))
+    patch = pytest.MonkeyPatch()
+    patch.setattr(ModelHandle, "MIN_UNIT_BYTES", case.unit_bytes)
+    patch.setattr(ModelHandle, "TINY_UNIT_BYTES", case.unit_bytes // 4)
+    torch.set_num_threads(1)
+    load = LoadRequest("tiny", case.folder, torch.float32, torch.device("cpu"))
+    plain, _ = synthesize(spec.build(load, ModelManager(DeviceService())), case.request)
+    probe = spec.build(load, ModelManager(DeviceService(simulate={"cpu": 1 << 34})))
+    sizes = [(h.size_bytes, h.min_working_set) for h in probe.handles]
+    yield spec, case, load, plain, sizes
+    patch.undo()
+
+
+def build(spec, load, capacity: int, mode: str = "normal"):
+    devices = DeviceService(simulate={"cpu": capacity}, strict=True)
+    return spec.build(load, ModelManager(devices, VramPolicy({"compute.vram_mode": mode}))), devices
+
+
+def test_streamed_half_and_resident_equal_the_plain_run_and_estimates_cover_the_peak(engine_case):
+    spec, case, load, plain, sizes = engine_case
+    total = sum(size for size, _ in sizes)
+    engine, devices = build(spec, load, 4 * total + 256 * MB)
+    resident, meta = synthesize(engine, case.request)
+    assert torch.equal(resident, plain), f"{spec.engine_id}: resident differs from the plain run"
+    assert meta["memory"]["streamed_mb"] == 0 and meta["applied"]["oom_retries"] == 0
+    working = devices.memory("cpu").peak - total
+    uncovered = {h.name: engine.manager.calibration.factor(engine.manager.calibration_key(h)) for h in engine.handles}
+    assert all(f == 1.0 for f in uncovered.values()), \
+        f"{spec.engine_id}: a phase allocated more than its estimate (calibration factors {uncovered})"
+
+    engine, _ = build(spec, load, 4 * total + 256 * MB, mode="none")
+    streamed, meta = synthesize(engine, case.request)
+    assert torch.equal(streamed, plain), f"{spec.engine_id}: all units streamed differs from the plain run"
+    assert meta["memory"]["streamed_mb"] > 0
+
+    half = max(m + (s - m) // 2 for s, m in sizes) + working
+    engine, _ = build(spec, load, half)
+    out, meta = synthesize(engine, case.request)
+    assert torch.equal(out, plain), f"{spec.engine_id}: half-resident differs from the plain run"
+    assert meta["memory"]["streamed_mb"] > 0
+
+
+def test_an_interrupt_mid_chunk_leaves_the_runtime_clean(engine_case):
+    spec, case, load, plain, sizes = engine_case
+    engine, devices = build(spec, load, 4 * sum(s for s, _ in sizes) + 256 * MB, mode="none")
+    cancel = threading.Event()
+    unit = max((u for h in engine.handles for u in h.layout.units), key=lambda u: u.nbytes)
+    hook = unit.module.register_forward_pre_hook(lambda *_: cancel.set())   # cancelled inside a forward
+    with pytest.raises(Cancelled):
+        synthesize(engine, case.request, cancel=cancel)
+    hook.remove()
+    assert all(h.in_use == 0 for h in engine.handles)
+    assert all(u.depth == 0 for h in engine.handles for u in h.layout.units)
+    assert devices.memory("cpu").used == sum(h.loaded_bytes for h in engine.handles), "a streamed copy was left"
+    again, _ = synthesize(engine, case.request)
+    assert torch.equal(again, plain)
+
+
+def undeclared(caps, request: SpeakRequest) -> list[tuple[dict, str]]:
+    """Inputs outside the declaration, each with the input name its error must give."""
+    reference = {"waveform": 0.1 * torch.randn(1, 1, 24000), "sample_rate": 24000}
+    cases = [(dict(speed=caps.speed[1] + 0.5), "speed"), (dict(speed=caps.speed[0] / 2), "speed"),
+             (dict(voice="no-such-voice"), "voice"), (dict(text="   "), "text"), (dict(seed=-1), "seed"),
+             (dict(language="xx"), "language")]
+    cases += [(dict(language=code), "language") for code in ("en", "zh", "ja", "de") if code not in caps.languages][:1]
+    if not caps.instruction:
+        cases.append((dict(instruction="whisper"), "instruction"))
+    if caps.cloning == "none":
+        cases.append((dict(reference=reference), "reference_audio"))
+    if caps.cloning == "required":
+        cases.append((dict(reference=None, reference_text=None), "reference_audio"))
+        cases.append((dict(reference={"waveform": torch.full((1, 1, 24000), float("nan")), "sample_rate": 24000}),
+                      "reference_audio"))
+        cases.append((dict(reference={"waveform": torch.zeros(1, 1, 24000), "sample_rate": 10**9}), "sample_rate"))
+    if caps.transcript == "none":
+        cases.append((dict(reference_text="hello"), "reference_text"))
+    if caps.voice_required:
+        cases.append((dict(voice=None), "voice"))
+    cases.append((dict(options={"no_such_option": 1}), "options"))
+    return cases
+
+
+def test_declared_capabilities_are_honoured_and_the_rest_refused(engine_case):
+    spec, case, load, plain, sizes = engine_case
+    engine = spec.build(load, ModelManager(DeviceService()))
+    caps = engine.capabilities
+    assert set(caps.languages) <= set(spec.languages), "the spec must declare every language its models speak"
+    for change, name in undeclared(caps, case.request):
+        with pytest.raises(ValueError, match=name):
+            synthesize(engine, dataclasses.replace(case.request, **change))
+    wav, meta = synthesize(engine, case.request)
+    assert meta["sample_rate"] == caps.sample_rate and wav.dtype == torch.float32 and wav.numel() > 0
+    if caps.speed[0] < 1.0 < caps.speed[1]:
+        slow, _ = synthesize(engine, dataclasses.replace(case.request, speed=max(caps.speed[0], 0.5)))
+        assert slow.numel() != wav.numel(), "the declared speed range does not change the pace"
+    if caps.instruction:
+        styled, _ = synthesize(engine, dataclasses.replace(case.request, instruction="Speak slowly and softly."))
+        assert styled.numel() > 0
