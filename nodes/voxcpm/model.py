@@ -245,20 +245,37 @@ class MiniCPM(nn.Module):
 # ---- local encoder, LocDiT, FSQ -----------------------------------------------------------------------------
 
 
+class StridedLinear(nn.Linear):
+    """nn.Linear with torch's CPU path for each input layout spelled out: addmm for a 2-D or contiguous 3-D
+    input, else one GEMM over the flattened input plus the bias.
+
+    Upstream feeds three projections strided views (LocEnc's input patch, its CLS outputs, LocDiT's output
+    positions). For a strided input, `linear` decomposes through `matmul`, which folds the batch into one
+    GEMM here but into a batched GEMM under a TorchDispatchMode (the simulated device installs one): other
+    rounding. These explicit ops give upstream's numbers with or without a mode."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.weight.shape[0]
+        if x.dim() == 2:
+            return torch.addmm(self.bias, x, self.weight.t())
+        if x.dim() == 3 and x.is_contiguous():
+            return torch.addmm(self.bias, x.view(-1, x.shape[-1]), self.weight.t()).view(*x.shape[:-1], out)
+        return torch.mm(x.reshape(-1, x.shape[-1]), self.weight.t()).view(*x.shape[:-1], out) + self.bias
+
+
 class LocEnc(nn.Module):
     """Latent patches [B, T, P, D] -> one vector per patch [B, T, H] (the CLS output of a bidirectional stack)."""
 
     def __init__(self, c: LMConfig, feat_dim: int) -> None:
         super().__init__()
         self.special_token = nn.Parameter(torch.zeros(1, 1, 1, c.hidden_size))
-        self.in_proj = nn.Linear(feat_dim, c.hidden_size)
+        self.in_proj = StridedLinear(feat_dim, c.hidden_size)
         self.encoder = MiniCPM(c)
 
     def forward(self, x: Tensor) -> Tensor:
         b, t, p, _ = x.shape
         x = self.in_proj(x)
         x = torch.cat([self.special_token.expand(b, t, 1, -1), x], dim=2).reshape(b * t, p + 1, -1)
-        # a strided view, as upstream's: nn.Linear's GEMM path (so its rounding) follows the input's layout
         return self.encoder(x, causal=False)[:, 0, :].reshape(b, t, -1)
 
 
@@ -289,7 +306,7 @@ class LocDiT(nn.Module):
         h = c.hidden_size
         self.in_proj = nn.Linear(feat_dim, h)
         self.cond_proj = nn.Linear(feat_dim, h)
-        self.out_proj = nn.Linear(h, feat_dim)
+        self.out_proj = StridedLinear(h, feat_dim)
         self.time_mlp = TimestepMLP(h)
         self.delta_time_mlp = TimestepMLP(h)
         self.decoder = MiniCPM(c)
@@ -343,7 +360,7 @@ class VoxCPM2(nn.Module):
         self.feat_encoder = LocEnc(c.encoder, c.feat_dim)
         self.feat_decoder = FlowHead(c.dit, c.feat_dim, c.cfm)
         self.fsq_layer = ScalarQuantization(h, c.scalar_quantization_latent_dim, c.scalar_quantization_scale)
-        self.enc_to_lm_proj = nn.Linear(c.encoder.hidden_size, h)
+        self.enc_to_lm_proj = StridedLinear(c.encoder.hidden_size, h)
         self.lm_to_dit_proj = nn.Linear(h, c.dit.hidden_size)
         self.res_to_dit_proj = nn.Linear(h, c.dit.hidden_size)
         self.fusion_concat_proj = nn.Linear(2 * h, h)

@@ -32,7 +32,6 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ...runtime.units import MIN_UNIT_BYTES, TINY_UNIT_BYTES
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
 from .generate import ATTENTION_BLOCK, Sampling, build_prompt, decode_latents, encode_audio, generate
@@ -42,18 +41,29 @@ from .text import normalize_spaces, with_control
 MB = 1 << 20
 
 
+def layer_memory(tokens: int, c, size: int) -> int:
+    """Peak activations of one MiniCPM layer over `tokens` positions: the larger of attention (q, k, v, and
+    RoPE's float32 temporaries) and the SwiGLU (gate, up, their product, silu), plus the residual stream."""
+    q = c.num_attention_heads * c.head_dim
+    attention = tokens * (q + 2 * c.num_key_value_heads * c.head_dim) * size
+    if not c.no_rope:
+        attention += 3 * tokens * q * 4
+    return max(attention, 4 * tokens * c.intermediate_size * size) + 2 * tokens * c.hidden_size * size
+
+
 class VoxCPMEngine(Engine):
     engine_id = "voxcpm"
     capabilities = Capabilities(sample_rate=48000, languages=("auto",), cloning="optional", transcript="optional",
                                 instruction=True, max_chunk_chars=300, reference_seconds=(0.5, 60.0),
                                 reference_rate=16000, resampler="soxr_hq")
     PHASED = True
-    options = {f.name: f.type for f in fields(Sampling)}
+    options = {"inference_timesteps": int, "cfg_value": float, "min_len": int, "max_len": int, "retry_badcase": bool,
+               "retry_badcase_max_times": int, "retry_badcase_ratio_threshold": float}   # Sampling's fields
 
     def __init__(self, bundle: VoxCPMBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 name: str | None = None, min_unit_bytes: int = MIN_UNIT_BYTES,
-                 tiny_unit_bytes: int = TINY_UNIT_BYTES) -> None:
-        """`min_unit_bytes` / `tiny_unit_bytes`: the runtime's unit thresholds (tests lower them for tiny models)."""
+                 name: str | None = None, min_unit_bytes: int | None = None,
+                 tiny_unit_bytes: int | None = None) -> None:
+        """`min_unit_bytes` / `tiny_unit_bytes`: the runtime's unit thresholds (None: ModelHandle's defaults)."""
         self.bundle = bundle
         vae = bundle.vae.config
         # the rates come from the checkpoint (48 kHz out, 16 kHz in for VoxCPM 2)
@@ -79,8 +89,9 @@ class VoxCPMEngine(Engine):
         return size * (self.config.lm.num_hidden_layers + self.config.residual.num_hidden_layers)
 
     def generate_memory(self, prompt_positions: int, frames: int, kv: str = "dynamic") -> int:
-        """Both LMs' KV caches for prompt + frames positions, the prefill's activations (LMs and LocEnc over
-        every prompt patch), one frame's flow-head batch, the generated patches."""
+        """Both LMs' KV caches for prompt + frames positions, the prompt-wide tensors of the prefill, the
+        largest layer's activations in it (the base LM over the prompt, or LocEnc over every prompt patch at
+        once: T x (P + 1) tokens), one frame's flow-head batch, the generated patches."""
         c = self.config
         dtype = self.bundle.dtype
         size = torch.empty((), dtype=dtype).element_size()
@@ -89,17 +100,13 @@ class VoxCPMEngine(Engine):
         initial = min(ATTENTION_BLOCK, c.max_length)
         caches = sum(peak_bytes(kv_position_bytes(m.num_key_value_heads, m.head_dim, dtype), m.num_hidden_layers,
                                 positions, kind, initial=initial) for m in (c.lm, c.residual))
-        lm, enc, dit = c.lm, c.encoder, c.dit
         t = prompt_positions
-        width = max(3 * lm.intermediate_size, 2 * lm.num_attention_heads * lm.head_dim + 6 * lm.hidden_size)
-        prefill = t * width * size            # SDPA's flash / memory-efficient kernels hold no T x T scores
-        tokens = t * (c.patch_size + 1)                                        # LocEnc over each prompt patch
-        locenc = tokens * max(3 * enc.intermediate_size, 4 * enc.hidden_size) * size
-        locenc += t * enc.num_attention_heads * (c.patch_size + 1) ** 2 * 4
-        dit_tokens = 2 * (3 + 2 * c.patch_size)
-        flow = dit_tokens * max(3 * dit.intermediate_size, 6 * dit.hidden_size) * 4 * size
+        layers = max(layer_memory(t, c.lm, size), layer_memory(t, c.residual, size),
+                     layer_memory(t * (c.patch_size + 1), c.encoder, size))
+        prompt = 8 * t * c.lm.hidden_size * size          # embeddings, masks' products, LM outputs, fusion input
+        flow = layer_memory(2 * (3 + 2 * c.patch_size), c.dit, size) * 2
         patches = (frames + 4) * c.patch_size * c.feat_dim * 4
-        return caches + prefill + locenc + flow + patches + 2 * t * lm.hidden_size * 4 + MB
+        return caches + layers + prompt + flow + patches + MB
 
     def encode_memory(self, samples: int) -> int:
         """The AudioVAE encoder over `samples` (padded to whole patches): six times its widest activation

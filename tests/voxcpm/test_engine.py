@@ -4,6 +4,7 @@ LongRoPE equals upstream's table, and our model built from the published config 
 tensor names and shapes (real_voxcpm2.json)."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -139,6 +140,7 @@ def test_modes(engine):
 
 
 def test_options_and_frame_limit(engine):
+    assert set(VoxCPMEngine.options) == {f.name for f in dataclasses.fields(Sampling)}
     wav, _, _ = speak(engine, "hello", options={"inference_timesteps": 4, "cfg_value": 1.5, "max_len": 3,
                                                 "retry_badcase": False})
     hop = engine.config.patch_size * engine.bundle.vae.config.decode_hop_length

@@ -151,3 +151,14 @@ def write_tiny_checkpoint(folder: str | Path, seed: int = 0, cfg: dict | None = 
 def reference_wave(seconds: float = 0.05, rate: int = 16000, freq: float = 220.0) -> torch.Tensor:
     t = torch.arange(int(rate * seconds)) / rate
     return 0.3 * torch.sin(2 * torch.pi * freq * t) * torch.sin(2 * torch.pi * 3 * t)
+
+
+def conformance_case(root: Path):
+    """A tiny model and a voice-design request (its main modes: text, plus an instruction; the reference
+    phase runs in test_voxcpm_streaming.py, the pipeline's 0.5 s minimum is 400 tiny patches)."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    folder = write_tiny_checkpoint(Path(root) / "tiny", seed=3)
+    return Case(folder, SpeakRequest("Hello world, the tiny voice speaks. 你好世界!", seed=9, instruction="warm",
+                                     options={"inference_timesteps": 4}), unit_bytes=4 << 10)
