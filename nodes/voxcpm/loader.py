@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from ...runtime.loading import CheckpointError, load_module
+from ...runtime.loading import CheckpointError, load_module, load_module_from_state
+from ..common.checkpoint import load_pickle, state_dict
 from .audiovae import AudioVAE, AudioVAEConfig
 from .model import ConfigError, VoxCPM2, VoxCPMConfig
 
@@ -58,31 +59,14 @@ def read_config(path: Path) -> tuple[VoxCPMConfig, AudioVAEConfig]:
 
 
 def load_audiovae(path: Path, config: AudioVAEConfig) -> AudioVAE:
-    """The AudioVAE from `audiovae.pth` (torch pickle, weights only) or `audiovae.safetensors`, in float32."""
+    """The AudioVAE from `audiovae.pth` (torch pickle, weights only; a nested "state_dict" accepted as upstream
+    does) or `audiovae.safetensors`, in float32."""
     if path.suffix == ".safetensors":
         return load_module(lambda: AudioVAE(config), path, torch.float32).eval()
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable pickle is the file's fault; name it
-        raise CheckpointError(f"VoxCPM: {path} is not a readable weights-only torch checkpoint ({e})") from None
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"VoxCPM: {path} does not hold a state dict of tensors")
-    with torch.device("meta"):
-        vae = AudioVAE(config)
-    expected = vae.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shapes = [f"{k}: file {list(state[k].shape)}, model {list(expected[k].shape)}"
-              for k in expected if k in state and state[k].shape != expected[k].shape]
-    if missing or unexpected or shapes:
-        problems = [f"{what} {', '.join(keys[:6])}{' ...' if len(keys) > 6 else ''}"
-                    for what, keys in (("missing keys", missing), ("unexpected keys", unexpected),
-                                       ("shape mismatch", shapes)) if keys]
-        raise CheckpointError(f"VoxCPM: {path} does not match the AudioVAE of config.json: " + "; ".join(problems))
-    vae.load_state_dict({k: v if not v.is_floating_point() else v.float() for k, v in state.items()}, assign=True)
-    return vae.eval()
+    obj = load_pickle(path)
+    nested = isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict)
+    state = state_dict(obj, path, key="state_dict" if nested else None)
+    return load_module_from_state(lambda: AudioVAE(config), state, torch.float32, source=path).eval()
 
 
 @dataclass
