@@ -10,7 +10,8 @@ Resamplers (exact reimplementations, so a reference gives the same codes as upst
 - "torchaudio_sinc": torchaudio's windowed-sinc (`transforms.Resample` defaults: Hann window, 6 zero
   crossings, roll-off 0.99, the kernel computed in float64 and applied in float32). Rates that share
   no large common factor would need a kernel of (target x orig) taps (44 101 -> 24 000 Hz: 4 GB); the
-  polyphase rows are then applied in blocks with bounded memory.
+  polyphase rows are made and applied in blocks with bounded memory, and only the rows the output
+  reaches (a few seconds at such a rate still take seconds to compute).
 Rates outside [MIN_RATE, MAX_RATE] are refused before anything is allocated.
 """
 from __future__ import annotations
@@ -98,7 +99,7 @@ def _soxr_hq(wav: Tensor, orig: int, target: int) -> Tensor:
 
     x = wav.detach().cpu().numpy()
     y = soxr.resample(x, orig, target, quality="soxr_hq")
-    n = int(np.ceil(x.shape[-1] * float(target) / orig))       # librosa.resample(fix=True)
+    n = int(np.ceil(x.shape[-1] * (float(target) / orig)))     # librosa.resample(fix=True), its rounding too
     y = y[:n] if y.shape[-1] >= n else np.pad(y, (0, n - y.shape[-1]))
     return torch.from_numpy(np.asarray(y, dtype=x.dtype).copy())
 
@@ -124,14 +125,15 @@ def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99,
 def _torchaudio_sinc(wav: Tensor, orig: int, target: int) -> Tensor:
     g = math.gcd(orig, target)
     orig, target = orig // g, target // g
-    length = wav.shape[-1]
+    n = int(math.ceil(target * wav.shape[-1] / orig))
+    phases = min(target, n)                 # a short input never reaches the later polyphase rows
     width = math.ceil(6 * orig / (min(orig, target) * 0.99))
     x = F.pad(wav.float()[None, None], (width, width + orig))
     rows = max(1, KERNEL_BLOCK_BYTES // ((2 * width + orig) * 8))
     outs = []
-    for start in range(0, target, rows):
-        kernel, _ = sinc_kernel(orig, target, phases=range(start, min(start + rows, target)))
+    for start in range(0, phases, rows):
+        kernel, _ = sinc_kernel(orig, target, phases=range(start, min(start + rows, phases)))
         outs.append(F.conv1d(x, kernel, stride=orig)[0])                   # [phases, frames]
-    y = torch.cat(outs).T.reshape(-1)
-    n = int(math.ceil(target * length / orig))
+    y = torch.cat(outs)
+    y = y.T.reshape(-1) if phases == target else y[:, 0]
     return y[:n]

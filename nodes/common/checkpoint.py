@@ -31,8 +31,11 @@ def load_pickle(path: str | os.PathLike) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{path}: refused to unpickle (only tensors and plain containers are loaded; "
-                              f"{str(e).splitlines()[0]})") from None
+        text = " ".join(str(e).split())
+        detail = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
+        detail = detail.split("trusted source.", 1)[-1].strip()        # torch's advice to unpickle anyway: not ours
+        raise CheckpointError(f"{path}: not loaded: only torch checkpoints of tensors and plain containers are "
+                              f"read (weights-only unpickler: {detail})") from None
     except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''})") from None

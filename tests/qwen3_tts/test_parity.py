@@ -179,6 +179,19 @@ def test_voice_clone(folders, x_vector_only, non_streaming):
     close(mine, wavs[0], f"voice clone (x_vector_only={x_vector_only}, non_streaming={non_streaming}) waveform")
 
 
+@pytest.mark.parametrize("rate", [44100, 16000, 48000])
+def test_voice_prompt_from_other_rates_equals_upstream(folders, rate):
+    """A reference at the rate users' files have: resampled as upstream (librosa's soxr HQ), the reference
+    codes are equal and the x-vector as close as at 24 kHz."""
+    tts, engine = upstream(folders["base"]), ours(folders["base"])
+    wav = reference_audio(rate)
+    items = tts.create_voice_clone_prompt((wav, rate), ref_text="Speak slowly.", x_vector_only_mode=False)
+    with engine.manager.request(seed=0) as ctx:
+        codes, spk = engine.voice_prompt(ctx, (torch.from_numpy(wav), rate), False)
+    assert torch.equal(codes, items[0].ref_code.cpu()), f"reference codes from {rate} Hz differ"
+    close(spk, items[0].ref_spk_embedding.cpu(), f"x-vector from {rate} Hz", audio=False)
+
+
 def test_decoder_long_chunked(folders):
     """Codes longer than one 300-frame chunk: chunked decoding with left context matches."""
     tts, engine = upstream(folders["base"]), ours(folders["base"])
