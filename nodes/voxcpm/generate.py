@@ -4,8 +4,8 @@
     latents, frames = generate_latents(model, prompt, Sampling(), generator, target_tokens=n)
     wav = decode_latents(vae, latents, prompt.context, patch_size)
 
-The loop is upstream's `VoxCPM2Model._inference`, step for step: a prefill of both LMs over the prompt,
-then per frame the LocDiT flow head (CFG-Zero*, Euler; nodes/common/flow.py) draws one latent patch
+The loop is upstream's `VoxCPM2Model._inference`, step for step, on the shared AR skeleton
+(nodes/common/decode.py): a prefill of both LMs over the prompt, then per frame the LocDiT flow head (CFG-Zero*, Euler; nodes/common/flow.py) draws one latent patch
 conditioned on both LMs' last hidden states and the previous patch, LocEnc embeds it, the stop head
 reads the base LM's state, and both LMs advance one position. Every module is called normally (the
 runtime's streaming hooks fire) and the KV caches grow with the request (runtime.lm.cache) instead of
@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ...runtime.lm.cache import make_cache
+from ..common.decode import autoregress
 from ..common.flow import cfg_zero_star, guided, noise, solve_descending, sway_sampling
 from .audiovae import AudioVAE
 from .model import VoxCPM2
@@ -100,6 +101,15 @@ def build_prompt(text_ids: list[int], patch_size: int, feat_dim: int, *, referen
         context = min(prefix_len - 1, continuation.shape[0])
     tokens, tmask, amask, feats = (torch.cat(x) for x in zip(*parts))
     return Prompt(tokens, tmask, amask, feats, context)
+
+
+@dataclass
+class Frame:
+    """One generated step: the latent patch [B, P, D], its LocEnc embedding [B, 1, H], the stop decision."""
+
+    patch: Tensor
+    embedded: Tensor
+    stop: bool
 
 
 class BlockCache:
@@ -182,31 +192,31 @@ def generate_latents(model: VoxCPM2, prompt: Prompt, s: Sampling, generator: tor
     text_embed = model.embed_text(prompt.tokens[None].to(embed.weight.device)).to(device)
     combined = text_mask * text_embed + audio_mask * feat_embed
     patches = list(feats[:, len(prompt) - prompt.context:].split(1, dim=1)) if prompt.context else []
-    prev = feats[:, -1]
     base_cache, res_cache = kv_cache(kv, c.max_length), kv_cache(kv, c.max_length)
 
     enc = model.base_lm(combined, base_cache)
     enc = model.fsq_layer(enc) * audio_mask + enc * text_mask
-    lm_hidden = enc[:, -1]
     res = model.residual_lm(model.fusion_concat_proj(torch.cat((enc, audio_mask * feat_embed), dim=-1)), res_cache)
-    res_hidden = res[:, -1]
-    frames = 0
-    for i in range(limit):
-        if check is not None:
-            check()
+
+    def choose(hidden: tuple[Tensor, Tensor], history: list[Frame]) -> Frame:
+        """The next patch from both LMs' states; it ends the speech when the stop head says so past min_len."""
+        lm_hidden, res_hidden = hidden
+        prev = history[-1].patch if history else feats[:, -1]
         mu = torch.cat((model.lm_to_dit_proj(lm_hidden), model.res_to_dit_proj(res_hidden)), dim=-1)
         patch = sample_patch(model, mu, prev.transpose(1, 2).contiguous(), s, generator).transpose(1, 2)
-        embedded = model.encode_patches(patch.unsqueeze(1))
-        patches.append(patch.unsqueeze(1))
-        prev = patch
-        frames += 1
-        if progress is not None:
-            progress(frames, limit)
-        if i > s.min_len and model.stop_logits(lm_hidden).argmax(dim=-1)[0].item() == 1:
-            break
-        lm_hidden = model.fsq_layer(model.base_lm(embedded, base_cache)[:, 0])
-        step = model.fusion_concat_proj(torch.cat((lm_hidden, embedded[:, 0]), dim=-1))
-        res_hidden = model.residual_lm(step[:, None], res_cache)[:, 0]
+        stop = len(history) > s.min_len and model.stop_logits(lm_hidden).argmax(dim=-1)[0].item() == 1
+        return Frame(patch, model.encode_patches(patch.unsqueeze(1)), stop)
+
+    def step(frame: Frame, _: int) -> tuple[Tensor, Tensor]:
+        """Both LMs one position on: the patch's LocEnc embedding, FSQ, the fused residual input."""
+        lm_hidden = model.fsq_layer(model.base_lm(frame.embedded, base_cache)[:, 0])
+        fused = model.fusion_concat_proj(torch.cat((lm_hidden, frame.embedded[:, 0]), dim=-1))
+        return lm_hidden, model.residual_lm(fused[:, None], res_cache)[:, 0]
+
+    generated = autoregress((enc[:, -1], res[:, -1]), choose, step, stop=lambda f: f.stop, max_new_tokens=limit,
+                            check=check, progress=progress, keep_stop=True)   # the stopping frame is speech too
+    patches += [f.patch.unsqueeze(1) for f in generated]
+    frames = len(generated)
     seq = torch.cat(patches, dim=1)                                   # [1, T, P, D]
     latents = seq.permute(0, 3, 1, 2).reshape(1, c.feat_dim, -1)     # b t p d -> b d (t p)
     return latents.float().cpu(), frames
