@@ -4,6 +4,7 @@ out), loading the upstream files unchanged; see phases.py."""
 from __future__ import annotations
 
 from ..common.registry import Download, EngineSpec, LoadRequest
+from .text import LANGUAGES
 
 
 def build_engine(request: LoadRequest, manager):
@@ -27,6 +28,7 @@ ENGINE = EngineSpec(
     models={"VoxCPM2": (Download("openbmb/VoxCPM2", include=("config.json", "model.safetensors", "audiovae.pth",
                                                               "tokenizer.json", "tokenizer_config.json",
                                                               "special_tokens_map.json")),)},
+    languages=LANGUAGES,
     precisions=("bf16", "fp32", "fp16"),
     description="VoxCPM 2 (OpenBMB): 2B tokenizer-free TTS, 48 kHz, 30 languages, voice design from an "
                 "instruction, cloning from reference audio (with its transcript for continuation cloning).",

@@ -36,7 +36,7 @@ from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
 from .generate import ATTENTION_BLOCK, Sampling, build_prompt, decode_latents, encode_audio, generate
 from .loader import VoxCPMBundle
-from .text import normalize_spaces, with_control
+from .text import LANGUAGES, normalize_spaces, with_control
 
 MB = 1 << 20
 
@@ -53,7 +53,7 @@ def layer_memory(tokens: int, c, size: int) -> int:
 
 class VoxCPMEngine(Engine):
     engine_id = "voxcpm"
-    capabilities = Capabilities(sample_rate=48000, languages=("auto",), cloning="optional", transcript="optional",
+    capabilities = Capabilities(sample_rate=48000, languages=LANGUAGES, cloning="optional", transcript="optional",
                                 instruction=True, max_chunk_chars=300, reference_seconds=(0.5, 60.0),
                                 reference_rate=16000, resampler="soxr_hq")
     PHASED = True

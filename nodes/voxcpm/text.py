@@ -14,6 +14,12 @@ import re
 from pathlib import Path
 
 
+# The 30 languages VoxCPM 2 was trained on (upstream's README). The model reads the language from the
+# text itself (no tag): a chosen code is accepted and changes nothing.
+LANGUAGES = ("auto", "ar", "my", "zh", "da", "nl", "en", "fi", "fr", "de", "el", "he", "hi", "id", "it", "ja", "km",
+             "ko", "lo", "ms", "no", "pl", "pt", "ru", "es", "sw", "sv", "tl", "th", "tr", "vi")
+
+
 def is_multichar_chinese(token: str) -> bool:
     return len(token) >= 2 and all("\u4e00" <= ch <= "\u9fff" for ch in token)
 
