@@ -87,17 +87,21 @@ def guided(fn: Velocity, strength: float, combine: Combine = extrapolate, *, dou
     return step
 
 
-def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler",
+def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler", clock: str = "grid",
           callback: Callable[[int, int], None] | None = None) -> Tensor:
     """Integrate dx/dt = fn(x, t) from x0 over the grid `times` and return x at `times[-1]`.
 
-    Exactly torchdiffeq's fixed-grid `odeint(fn, x0, times, method=...)[-1]`: t is cast to x's dtype
-    before each call, dt = t1 - t0 as a tensor, Euler x + dt * f(t0, x); midpoint
-    x + dt * f(t0 + dt/2, x + f(t0, x) * dt/2). `callback(done, total)` runs after each step (progress;
-    raise from it to cancel).
+    `clock="grid"` is exactly torchdiffeq's fixed-grid `odeint(fn, x0, times, method=...)[-1]` (F5-TTS):
+    t is cast to x's dtype before each call, dt = t1 - t0 as a tensor, Euler x + dt * f(t0, x);
+    midpoint x + dt * f(t0 + dt/2, x + f(t0, x) * dt/2). `clock="accumulate"` is the hand-written
+    Euler loop of CosyVoice's flow decoder (and the models built on it): t advances as t + dt and the
+    next dt is `times[k + 1] - t`, so t drifts from the grid by rounding; Euler only. Grids may run
+    downwards (dt < 0). `callback(done, total)` runs after each step (progress; raise to cancel).
     """
     if method not in ("euler", "midpoint"):
         raise ValueError(f"method: expected 'euler' or 'midpoint', got {method!r}")
+    if clock not in ("grid", "accumulate") or (clock == "accumulate" and method != "euler"):
+        raise ValueError(f"clock: expected 'grid', or 'accumulate' with Euler, got {clock!r} with {method!r}")
     if times.dim() != 1 or times.numel() < 2:
         raise ValueError(f"times: expected a 1-D grid of at least 2 points, got shape {tuple(times.shape)}")
     real = x0.abs().dtype
@@ -107,16 +111,21 @@ def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler",
 
     x = x0
     total = times.numel() - 1
+    t, dt = times[0], times[1] - times[0]
     for i in range(total):
-        t0, t1 = times[i], times[i + 1]
-        dt = t1 - t0
+        if clock == "grid":
+            t, dt = times[i], times[i + 1] - times[i]
         if method == "euler":
-            dx = dt * f(t0, x)
+            dx = dt * f(t, x)
         else:
             half = 0.5 * dt
-            mid = x + f(t0, x) * half
-            dx = dt * f(t0 + half, mid)
+            mid = x + f(t, x) * half
+            dx = dt * f(t + half, mid)
         x = x + dx
+        if clock == "accumulate":
+            t = t + dt
+            if i + 2 <= total:
+                dt = times[i + 2] - t
         if callback is not None:
             callback(i + 1, total)
     return x
@@ -131,39 +140,17 @@ __all__ = ["EPSS_GRIDS", "extrapolate", "guided", "mix", "noise", "solve", "step
            "time_grid"]
 
 
-# ---- VoxCPM's UnifiedCFM (appended by the VoxCPM 2 engine) ----------------------------------------------------
+# ---- appended by the VoxCPM 2 engine -------------------------------------------------------------------------
 
 
 def cfg_zero_star(cond: Tensor, uncond: Tensor, strength: float) -> Tensor:
-    """CFG-Zero* (VoxCPM): the unconditional velocity scaled by its least-squares projection onto the
-    conditional one, s = <cond, uncond> / (|uncond|^2 + 1e-8) per batch row, then
-    uncond * s + strength * (cond - uncond * s)."""
+    """CFG-Zero* (VoxCPM's UnifiedCFM), a `guided` combine: the unconditional velocity scaled by its
+    least-squares projection on the conditional one, s = <cond, uncond> / (|uncond|^2 + 1e-8) per batch row,
+    then uncond * s + strength * (cond - uncond * s)."""
     b = cond.shape[0]
     dot = torch.sum(cond.view(b, -1) * uncond.view(b, -1), dim=1, keepdim=True)
     scale = (dot / (torch.sum(uncond.view(b, -1) ** 2, dim=1, keepdim=True) + 1e-8)).view(b, *[1] * (cond.dim() - 1))
     return uncond * scale + strength * (cond - uncond * scale)
 
 
-def solve_descending(fn: Velocity, x0: Tensor, times: Tensor, *, zero_steps: int = 0,
-                     callback: Callable[[int, int], None] | None = None) -> Tensor:
-    """Euler from `times[0]` down the grid as VoxCPM's UnifiedCFM.solve_euler runs it: x - dt * f(x, t),
-    with t lowered by subtraction (t = t - dt) and dt re-measured to the next grid point
-    (dt = t - times[i + 1]), so t drifts from the grid exactly as upstream's does. The first `zero_steps`
-    steps use a zero velocity (CFG-Zero*'s zero-init) without calling `fn`.
-    """
-    if times.dim() != 1 or times.numel() < 2:
-        raise ValueError(f"times: expected a 1-D grid of at least 2 points, got shape {tuple(times.shape)}")
-    x, t, dt = x0, times[0], times[0] - times[1]
-    total = times.numel() - 1
-    for step in range(1, total + 1):
-        v = torch.zeros_like(x) if step <= zero_steps else fn(x, t)
-        x = x - dt * v
-        t = t - dt
-        if step < total:
-            dt = t - times[step + 1]
-        if callback is not None:
-            callback(step, total)
-    return x
-
-
-__all__ += ["cfg_zero_star", "solve_descending"]
+__all__ += ["cfg_zero_star"]

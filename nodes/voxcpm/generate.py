@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ...runtime.lm.cache import make_cache
 from ..common.decode import autoregress
-from ..common.flow import cfg_zero_star, guided, noise, solve_descending, sway_sampling
+from ..common.flow import cfg_zero_star, guided, noise, solve, sway_sampling
 from .audiovae import AudioVAE
 from .model import VoxCPM2
 
@@ -160,20 +160,28 @@ def kv_cache(kind: str, max_length: int):
 
 
 def sample_patch(model: VoxCPM2, mu: Tensor, cond: Tensor, s: Sampling, generator: torch.Generator | None) -> Tensor:
-    """One latent patch [B, D, P] from the flow head: noise -> Euler over a sway-warped 1 -> 0 grid, the
-    LocDiT velocity guided by CFG-Zero* (conditional: mu; unconditional: zeros)."""
+    """One latent patch [B, D, P] from the flow head: noise -> Euler down a sway-warped 1 -> 0 grid with an
+    accumulating clock (upstream's UnifiedCFM.solve_euler: t = t - dt), the LocDiT velocity guided by
+    CFG-Zero* (conditional: mu; unconditional: zeros); the first steps use a zero velocity (zero-init)."""
     b, patch = mu.shape[0], model.config.patch_size
     x0 = noise((b, model.config.feat_dim, patch), generator, device=mu.device, dtype=mu.dtype)
     times = sway_sampling(torch.linspace(1, 0, s.inference_timesteps + 1, device=mu.device, dtype=mu.dtype), 1.0)
+    zero_steps = max(1, int(times.numel() * 0.04))
     head = model.feat_decoder
+    calls = [0]
 
     def both(x: Tensor, t: Tensor) -> Tensor:     # [cond; uncond] in one batch
         n = x.shape[0]
         return head(torch.cat((x, x)), torch.cat((mu, torch.zeros_like(mu))), t.expand(2 * n).contiguous(),
                     torch.cat((cond, cond)), torch.zeros(2 * n, device=x.device, dtype=x.dtype))
 
-    return solve_descending(guided(both, s.cfg_value, cfg_zero_star), x0, times,
-                            zero_steps=max(1, int(times.numel() * 0.04)))
+    velocity = guided(both, s.cfg_value, cfg_zero_star)
+
+    def field(x: Tensor, t: Tensor) -> Tensor:
+        calls[0] += 1
+        return torch.zeros_like(x) if calls[0] <= zero_steps else velocity(x, t)
+
+    return solve(field, x0, times, clock="accumulate")
 
 
 @torch.inference_mode()
