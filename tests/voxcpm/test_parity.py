@@ -5,7 +5,8 @@ upstream layout (model.safetensors, audiovae.pth, config.json, tokenizer.json); 
 files. The same text, reference audio and seed must give equal latents, frame counts (the stop
 decision) and audio, `torch.equal` in float32, through upstream's `generate_with_prompt_cache` (the
 path `VoxCPM.generate` takes): zero-shot, voice design, reference, continuation and both, English and
-Chinese, with the bad-case retry. Needs a separate venv: see README.md.
+Chinese, with the bad-case retry; in bfloat16 too (upstream's `from_local`). Needs a separate venv: see
+README.md.
 
 Our decode loop runs with `kv="static"` here: attention over a zero-filled buffer read whole under a
 mask, the way upstream reads its preallocated 8192-position cache. With the default growing cache the
@@ -202,3 +203,19 @@ def test_dynamic_cache_close(pair):
     assert feats.shape == feats_up.shape
     torch.testing.assert_close(feats, feats_up, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(wav, wav_up, atol=1e-4, rtol=1e-4)
+
+
+def test_bfloat16_equal(tmp_path):
+    """The published dtype: upstream's own `from_local` (the LMs cast to bfloat16, the AudioVAE float32)
+    against our loader reading the config's dtype."""
+    from voxcpm.model.voxcpm2 import VoxCPM2Model
+    folder = tmp_path / "bf16"
+    upstream_model(folder, tiny.config(dtype="bfloat16"), seed=5)
+    up = VoxCPM2Model.from_local(str(folder), optimize=False, device="cpu")
+    ours = load_voxcpm(folder, None)
+    assert ours.dtype == torch.bfloat16 and up.base_lm.norm.weight.dtype == torch.bfloat16
+    for text in ("hello world, the tiny voice speaks.", "你好世界，我们说话。"):
+        wav_up, feats_up = run_upstream(up, text, 17, None, **UPSTREAM)
+        wav, feats, _ = run_ours(ours, text, 17)
+        assert feats.shape == feats_up.shape
+        assert torch.equal(feats.to(feats_up.dtype), feats_up) and torch.equal(wav, wav_up)
