@@ -58,23 +58,44 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def write_wav(path: str, wav, sample_rate: int) -> None:
-    """16-bit mono PCM with the standard library; written to a temporary name, then renamed."""
+    """16-bit mono PCM with the standard library. A regular file (new, or what a symlink names) is written
+    to a temporary name beside it and renamed into place, keeping an existing file's mode (a new one gets
+    the user's umask); a FIFO or device is written directly, never replaced by a regular file."""
+    import io
     import os
+    import stat
     import tempfile
     import wave
 
     import numpy as np
 
     pcm = (np.clip(wav.numpy(), -1.0, 1.0) * 32767.0).round().astype("<i2")
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".wav", dir=folder)
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(pcm.tobytes())
+    target = os.path.realpath(path)
+    existing = os.stat(target) if os.path.exists(target) else None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        if stat.S_ISDIR(existing.st_mode):
+            raise IsADirectoryError(f"-o {path}: is a folder; expected a file path")
+        with open(target, "wb") as f:
+            f.write(buffer.getvalue())
+        return
+    if existing is not None:
+        mode = stat.S_IMODE(existing.st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(suffix=".wav", dir=os.path.dirname(target))
     try:
-        with os.fdopen(fd, "wb") as f, wave.open(f, "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(sample_rate)
-            w.writeframes(pcm.tobytes())
-        os.replace(tmp, path)
+        with os.fdopen(fd, "wb") as f:
+            f.write(buffer.getvalue())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)
         raise
@@ -104,14 +125,13 @@ def speak(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    import torch
-
     from .nodes.common import folders
     from .nodes.common.pack_runtime import build_runtime
     from .nodes.common.pipeline import LoadedModel, SpeakRequest
     from .nodes.common.pipeline import speak as run
     from .nodes.common.registry import PRECISIONS, LoadRequest, discover
     from .runtime import SettingsError, VramPolicy
+    from .runtime.oom import is_oom
     from .runtime.policy import parse_setting
 
     spec = {s.engine_id: s for s in discover()}[args.engine]
@@ -177,7 +197,9 @@ def speak(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, OSError) as e:
         print(f"speak: {e}", file=sys.stderr)
         return 2
-    except torch.OutOfMemoryError as e:
+    except Exception as e:
+        if not is_oom(e):
+            raise
         print(f"speak: out of memory: {e}", file=sys.stderr)
         return 1
     rate = meta["sample_rate"]

@@ -62,6 +62,7 @@ def _import_runtime() -> None:
     sys.modules["mizuoto"] = package
 
 
+_import_runtime()
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/mizuoto_bench_models.py, also when loaded by path
 from mizuoto.runtime import Calibration, DeviceService, ModelHandle, ModelManager, VramPolicy  # noqa: E402
 from mizuoto.runtime.loading import load_module  # noqa: E402

@@ -68,11 +68,15 @@ class Calibration:
 
     def _load(self) -> dict[str, float]:
         try:
+            return self._read()
+        except (OSError, ValueError, RecursionError, OverflowError, TypeError) as e:
+            log.warning("ignoring memory calibration %s: %s: %s", self.path, type(e).__name__, str(e)[:200])
+            return {}
+
+    def _read(self) -> dict[str, float]:
+        try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            log.warning("ignoring memory calibration %s: %s", self.path, e)
             return {}
         if not isinstance(data, dict) or data.get("version") != VERSION:
             version = data.get("version") if isinstance(data, dict) else None

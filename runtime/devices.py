@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import platform
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -115,6 +116,10 @@ class Tracking:
     start: int = 0
     peak_bytes: int = 0
     end: int = 0
+    # False when the reading may include other work: another thread's tracked block ran on the device
+    # meanwhile (the allocator's statistics are per device), or, on CUDA/XPU, the block was nested in
+    # another one, whose peak it could not reset. Calibration learns only from readings of its own.
+    own: bool = True
 
 
 def assign(t: torch.Tensor, value: torch.Tensor) -> None:
@@ -154,7 +159,8 @@ class DeviceService:
                 raise ValueError(f"simulate: only the CPU ('cpu' or 'cpu:N') can be simulated, got {name!r}")
         self.strict = strict
         self.transfers = Transfers()
-        self._tracking_depth: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._active: dict[str, list[tuple[Tracking, int]]] = {}  # device -> tracked blocks, by thread
         # id(parameter) -> "component.param" for strict-mode error messages
         self.names: dict[int, str] = {}
 
@@ -170,6 +176,14 @@ class DeviceService:
         if not self.simulated:
             found.append(torch.device("cpu"))
         return found
+
+    def normalize(self, device: torch.device | str) -> torch.device:
+        """One name per device: `cuda`/`xpu` without an index become `cuda:<current index>` (fixed
+        now, so a component does not follow later changes of the current device); others unchanged."""
+        device = torch.device(device)
+        if device.index is None and device.type in ("cuda", "xpu") and not self.is_simulated(device):
+            return torch.device(device.type, getattr(torch, device.type).current_device())
+        return device
 
     def is_simulated(self, device: torch.device | str) -> bool:
         return str(torch.device(device)) in self.simulated
@@ -242,16 +256,38 @@ class DeviceService:
     # ---- copies -------------------------------------------------------------------------------
     def place(self, host: torch.Tensor, device: torch.device | str, non_blocking: bool = False) -> torch.Tensor:
         """Copy a host tensor to the device (counted); made outside inference mode, same dtype."""
+        return self.place_many([host], device, non_blocking)[0]
+
+    def place_many(self, hosts: list[torch.Tensor], device: torch.device | str, non_blocking: bool = False,
+                   stream=None) -> list[torch.Tensor]:
+        """Copy host tensors to the device (counted); made outside inference mode, same dtype.
+
+        With `stream` (a CUDA side stream) the copies are made ComfyUI's way (`cast_to`): the
+        destinations come from the compute stream's pool, the side stream waits for the compute
+        stream's work queued so far (which may still use those blocks), then copies. No
+        `record_stream`: the caller makes the compute stream wait for the copies (an event) before
+        they are used or dropped, so a dropped copy's block is reusable at once in stream order and
+        the allocator never holds more blocks than there are live copies.
+        """
         device = torch.device(device)
         with _disable_current_modes(), torch.inference_mode(False), torch.no_grad():
             if self.is_simulated(device):
-                copy = host.detach().clone()
-                self.memory(device).allocate(copy.untyped_storage())
+                copies = []
+                for host in hosts:
+                    copy = host.detach().clone()
+                    self.memory(device).allocate(copy.untyped_storage())
+                    copies.append(copy)
+            elif stream is None:
+                copies = [host.detach().to(device, non_blocking=non_blocking) for host in hosts]
             else:
-                copy = host.detach().to(device, non_blocking=non_blocking)
-        self.transfers.h2d += 1
-        self.transfers.h2d_bytes += host.nbytes
-        return copy
+                copies = [torch.empty_like(host, device=device) for host in hosts]
+                stream.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(stream):
+                    for copy, host in zip(copies, hosts):
+                        copy.copy_(host.detach(), non_blocking=non_blocking)
+        self.transfers.h2d += len(hosts)
+        self.transfers.h2d_bytes += sum(host.nbytes for host in hosts)
+        return copies
 
     def to_host(self, t: torch.Tensor) -> torch.Tensor:
         """Copy a device tensor back to the host (counted)."""
@@ -281,34 +317,55 @@ class DeviceService:
     @contextlib.contextmanager
     def tracking(self, device: torch.device | str) -> Iterator[Tracking | None]:
         """Measure the block's allocations on a simulated device (counted op by op) or on CUDA/XPU
-        (the allocator's peak statistics); yields None where nothing can be measured (CPU, MPS)."""
+        (the allocator's peak statistics); yields None where nothing can be measured (CPU, MPS).
+
+        Thread-safe: blocks on the same device from several threads (compute.gpu_jobs > 1) share the
+        device's statistics, so each of their readings is marked not its own (`Tracking.own`)."""
         device = torch.device(device)
-        if self.is_simulated(device):
-            mem = self.memory(device)
-            result, outer_peak = Tracking(str(device), start=mem.used), mem.peak
-            mem.peak = mem.used
-            try:
-                with _AllocationMode(mem, self.strict, self.names):
-                    yield result
-            finally:
-                result.peak_bytes, result.end = mem.peak - result.start, mem.used
-                mem.peak = max(outer_peak, mem.peak)
-            return
-        backend = getattr(torch, device.type, None) if device.type in ("cuda", "xpu") else None
-        if backend is None:
+        simulated = self.is_simulated(device)
+        backend = None if simulated else self._backend(device)
+        if not simulated and backend is None:
             yield None
             return
-        result = Tracking(str(device), start=backend.memory_allocated(device))
-        outermost = self._tracking_depth.get(str(device), 0) == 0
-        if outermost:  # a nested phase keeps the outer one's peak (its own reading is then an upper bound)
-            backend.reset_peak_memory_stats(device)
-        self._tracking_depth[str(device)] = self._tracking_depth.get(str(device), 0) + 1
+        key = str(device)
+        mem = self.memory(device) if simulated else None
+        result = Tracking(key)
+        with self._lock:
+            active = self._active.setdefault(key, [])
+            me = threading.get_ident()
+            for other, thread in active:
+                if thread != me:
+                    other.own = result.own = False
+                elif not simulated:
+                    result.own = False  # nested: the outer block's peak cannot be reset under it
+            if simulated:
+                result.start, outer_peak = mem.used, mem.peak
+                mem.peak = mem.used
+            else:
+                result.start = backend.memory_allocated(device)
+                if not active:
+                    backend.reset_peak_memory_stats(device)
+            active.append((result, me))
         try:
-            yield result
+            if simulated:
+                with _AllocationMode(mem, self.strict, self.names):
+                    yield result
+            else:
+                yield result
         finally:
-            self._tracking_depth[str(device)] -= 1
-            result.peak_bytes = backend.max_memory_allocated(device) - result.start
-            result.end = backend.memory_allocated(device)
+            with self._lock:
+                del active[next(i for i, (t, _) in enumerate(active) if t is result)]
+                if simulated:
+                    result.peak_bytes, result.end = mem.peak - result.start, mem.used
+                    mem.peak = max(outer_peak, mem.peak)
+                else:
+                    result.peak_bytes = backend.max_memory_allocated(device) - result.start
+                    result.end = backend.memory_allocated(device)
+
+    @staticmethod
+    def _backend(device: torch.device):
+        """The module answering allocator statistics for `device` (torch.cuda, torch.xpu), or None."""
+        return getattr(torch, device.type, None) if device.type in ("cuda", "xpu") else None
 
     # ---- pinned-to-CPU subtrees -------------------------------------------------------------------
     @staticmethod

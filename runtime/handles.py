@@ -92,6 +92,8 @@ class ModelHandle:
             return
         self._buffers = {id(b) for b in self.module.buffers()}
         for t in self._all_tensors():
+            if t.requires_grad:  # autocast caches casts of grad-requiring leaves: a copy of every streamed unit
+                t.requires_grad_(False)
             host = t.data if t.device.type == "cpu" else devices.to_host(t)
             self._host[id(t)] = host
             devices.offload(t, host, self.device)
@@ -230,6 +232,8 @@ class ModelHandle:
             return 0
         dropped = self.host_bytes
         self._host.clear()
+        if self.streamer is not None and self.streamer.pin_budget is not None:
+            self.streamer.pin_budget.release_cache()  # pinned copies stay locked in torch's host cache
         return dropped
 
     def replace(self, source: nn.Module | Mapping[str, torch.Tensor]) -> None:

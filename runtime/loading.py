@@ -168,7 +168,9 @@ def _read_into(f, info: TensorInfo, path: Path, key: str) -> torch.Tensor:
     return out
 
 
-def _place(slot: _Slot, value: torch.Tensor, dtype: torch.dtype | None) -> None:
+def _place(slot: _Slot, value: torch.Tensor, dtype: torch.dtype | None, key: str = "", source="") -> None:
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        raise CheckpointError(f"{source}: tensor {key!r} holds NaN or infinite values; the checkpoint is corrupt")
     declared = slot.tensor.dtype
     final = dtype if dtype is not None and declared.is_floating_point else declared
     if value.dtype != final:
@@ -191,9 +193,18 @@ def _headers(path: Path) -> dict[str, tuple[TensorInfo, Path]]:
         return {key: (info, path) for key, info in read_safetensors_header(path).items()}
     try:
         weight_map = json.loads(path.read_text(encoding="utf-8"))["weight_map"]
-        shards = {f: path.parent / f for f in set(weight_map.values())}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CheckpointError(f"{path}: not a sharded-checkpoint index (expected a weight_map): {e}") from None
+        names = set(weight_map.values())
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise CheckpointError(f"{path}: not a sharded-checkpoint index (expected a weight_map): "
+                              f"{type(e).__name__}") from None
+    for name in names:
+        # Shards are files beside the index: a name with a folder, "..", or an absolute path would read
+        # weights (or leak bytes) from outside the model folder.
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", "..") \
+                or "\\" in name or "\x00" in name:
+            raise CheckpointError(f"{path}: weight_map names shard {str(name)[:80]!r}; expected a file name "
+                                  f"beside the index (no folders, no absolute paths)")
+    shards = {f: path.parent / f for f in names}
     headers = {f: read_safetensors_header(shard) for f, shard in shards.items()}
     out = {}
     for key, f in weight_map.items():
@@ -234,7 +245,7 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     for file in sorted({located[key][1] for _, key in plan}):
         with open(file, "rb") as f:
             for slot, key in (entry for entry in plan if located[entry[1]][1] == file):
-                _place(slot, _read_into(f, infos[key], file, key), dtype)
+                _place(slot, _read_into(f, infos[key], file, key), dtype, key, file)
     return _finish(module, dtype, path)
 
 
@@ -253,7 +264,7 @@ def load_module_from_state(factory: Callable[[], nn.Module], state: Mapping[str,
         value = state[key].detach().cpu()
         if value.untyped_storage().nbytes() != value.nbytes:
             value = value.clone()  # a view into a pickle's shared storage: own the weight alone
-        _place(slot, value, dtype)
+        _place(slot, value, dtype, key, source)
     return _finish(module, dtype, source)
 
 

@@ -64,6 +64,7 @@ class ModelManager:
         """Put a component under management on `device` (where it computes)."""
         if handle in self.handles:
             raise ValueError(f"register: component {handle.name!r} is already registered")
+        device = self.devices.normalize(device)  # `cuda` and `cuda:0` are one device, with one streamer
         handle.engine = engine
         handle.pinned = handle.name in self.policy.get(f"engines.{engine}.pinned_models")
         handle.attach(self.devices, device, self.streamer(device))
@@ -76,7 +77,7 @@ class ModelManager:
         with self._cond:
             if handle.in_use:
                 raise RuntimeError(f"unregister: component {handle.name!r} is in use")
-            self.streamer(handle.device).drop(handle)
+            self.streamer(handle.device).forget(handle)  # copies and learned order: nothing kept alive
             if self.arbiter is not None:
                 self.arbiter.forget(handle)
             handle.detach()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .handles import ModelHandle
+from .oom import is_oom
 
 if TYPE_CHECKING:
     from .manager import ModelManager
@@ -86,7 +87,8 @@ class RequestContext:
             with self.manager._streaming_cancel(devices, self.check_cancelled), contextlib.ExitStack() as stack:
                 trackers = [stack.enter_context(self.manager.devices.tracking(d)) for d in devices]
                 yield
-            self._measured(name, handles, memory, [t for t in trackers if t is not None])
+            # Only readings of its own: another thread's phase on the device would inflate them.
+            self._measured(name, handles, memory, [t for t in trackers if t is not None and t.own])
         finally:
             self.manager.release(handles)
 
@@ -102,7 +104,9 @@ class RequestContext:
             try:
                 with self.use(handles, memory, name=name):
                     return fn()
-            except torch.OutOfMemoryError as e:
+            except Exception as e:
+                if not is_oom(e, {h.device for h in handles}):
+                    raise
                 failure = str(e)  # keep only the text: the traceback holds the failed attempt's tensors
             if attempt >= retries:
                 break

@@ -166,17 +166,29 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str
 
 def _read_file(path: Path) -> Mapping[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return {}
     except OSError as e:
         raise SettingsError(f"settings file {path} cannot be read: {e}") from e
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"settings file {path} is not UTF-8 text (byte {e.start}); expected a JSON object") from None
+    return json_object(text, f"settings file {path}")
+
+
+def json_object(text: str, source: str) -> Mapping[str, Any]:
+    """A JSON object from `text`; anything else (bad JSON, nesting deep enough to exhaust the stack,
+    integers past Python's digit limit) is a SettingsError naming the source."""
+    try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise SettingsError(f"settings file {path} is not valid JSON: {e}") from e
+        raise SettingsError(f"{source} is not valid JSON: {e}") from None
+    except (RecursionError, ValueError) as e:
+        raise SettingsError(f"{source} cannot be used: {type(e).__name__}: {str(e)[:120]}") from None
     if not isinstance(data, dict):
-        raise SettingsError(f"settings file {path} must hold a JSON object, not {type(data).__name__}")
+        raise SettingsError(f"{source} must hold a JSON object, not {type(data).__name__}")
     return data
 
 
@@ -197,13 +209,7 @@ def parse_setting(key: str, text: str, source: str = "command line") -> Any:
 def _from_environment(environ: Mapping[str, str]) -> Iterator[tuple[str, Any, str]]:
     if environ.get("MIZUOTO_SETTINGS"):
         source = "environment variable MIZUOTO_SETTINGS"
-        try:
-            data = json.loads(environ["MIZUOTO_SETTINGS"])
-        except json.JSONDecodeError as e:
-            raise SettingsError(f"{source} is not valid JSON: {e}") from e
-        if not isinstance(data, dict):
-            raise SettingsError(f"{source} must hold a JSON object, not {type(data).__name__}")
-        for key, value in _flatten(data):
+        for key, value in _flatten(json_object(environ["MIZUOTO_SETTINGS"], source)):
             yield key, value, source
     # Per-key variables come last: the more specific setting wins.
     for variable in sorted(v for v in environ if v.startswith(_ENV_PREFIX)):
@@ -242,6 +248,9 @@ class VramPolicy:
 
     def with_overrides(self, mapping: Mapping[str, Any]) -> VramPolicy:
         """A new policy with per-call overrides on top of this one (validated the same way)."""
+        if not isinstance(mapping, Mapping):
+            raise SettingsError(f"per-call settings: expected a mapping of setting names to values, got "
+                                f"{type(mapping).__name__}")
         derived = object.__new__(VramPolicy)
         derived._values = dict(self._values)
         derived._sources = dict(self._sources)

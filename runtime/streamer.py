@@ -7,9 +7,24 @@ component (one for sequence components): a unit that runs again before its copy 
 halves, beams) costs nothing. On CUDA/ROCm the streamer learns which unit runs after which and
 copies the next one on a side stream while the current one computes; a unit entered out of that
 order is copied on the spot, so correctness never depends on the order.
+
+Prefetching follows ComfyUI's `cast_to` (see `DeviceService.place_many`): the copy's memory comes from
+the compute stream's pool, the side stream waits for the compute stream, copies and records an
+event; the compute stream waits on that event before the copy is used, and before an unused copy is
+dropped. There is no `record_stream`, so a dropped copy's block is reusable at once in stream order:
+however far the CPU runs ahead of the GPU, the allocator holds no more copies than the cache does
+(with `record_stream`, every dropped copy would wait for the compute stream to catch up, and each
+new prefetch would take a fresh block). A prefetch that runs out of memory is skipped: the unit is
+copied when it runs, and the phase neither fails nor gets capped for a speculative copy.
+
+Streamed and resident units run the same kernels on the same dtypes; on a GPU, "exact" additionally
+assumes library heuristics pick the same algorithms in both runs, which cuDNN does not promise under
+memory pressure (see bench/README.md, "What exact means on a GPU").
 """
 from __future__ import annotations
 
+import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,17 +33,39 @@ from typing import TYPE_CHECKING
 import torch
 
 from .devices import DeviceService, assign
+from .oom import is_oom
 from .pinning import PinBudget
 from .units import Unit
 
 if TYPE_CHECKING:
     from .handles import ModelHandle
 
+log = logging.getLogger("mizuoto.runtime")
+
 
 @dataclass(eq=False)
 class _Copy:
     tensors: list[torch.Tensor]
-    event: object | None = None  # torch.cuda.Event when made on the side stream
+    event: object | None = None  # set while the compute stream has not waited for a side-stream copy
+
+
+class SideStream:
+    """A CUDA/ROCm side stream for prefetch copies of one device (its own index, never the current one)."""
+
+    def __init__(self, devices: DeviceService, device: torch.device) -> None:
+        self.devices = devices
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+
+    def copy(self, hosts: list[torch.Tensor]) -> tuple[list[torch.Tensor], object]:
+        tensors = self.devices.place_many(hosts, self.device, non_blocking=True, stream=self.stream)
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return tensors, event
+
+    def wait(self, event: object) -> None:
+        """The compute stream waits for the copy (a GPU-side wait; the CPU goes on)."""
+        torch.cuda.current_stream(self.device).wait_event(event)
 
 
 class Streamer:
@@ -39,12 +76,17 @@ class Streamer:
         self.async_offload = async_offload
         self.pin_budget = pin_budget
         self.cancel_check: Callable[[], None] | None = None
-        self._cache: dict[ModelHandle, OrderedDict[Unit, _Copy]] = {}
-        self._next: dict[Unit, Unit] = {}
-        self._last: Unit | None = None
-        self._side = None
+        # Per component, weakly: an unregistered component that nobody holds takes its units (and so
+        # its modules and weights) with it even if `forget` was not called.
+        self._cache: weakref.WeakKeyDictionary[ModelHandle, OrderedDict[Unit, _Copy]] = weakref.WeakKeyDictionary()
+        self._next: weakref.WeakKeyDictionary[ModelHandle, dict[Unit, Unit]] = weakref.WeakKeyDictionary()
+        self._last: weakref.WeakKeyDictionary[ModelHandle, Unit] = weakref.WeakKeyDictionary()
+        self.prefetch_skipped = 0  # prefetches given up because the device was out of memory
+        self.side: SideStream | None = None
         if self.device.type == "cuda" and async_offload > 0:
-            self._side = torch.cuda.Stream(self.device)
+            self.side = SideStream(devices, self.device)
+        if pin_budget is not None:
+            pin_budget.serve(self.device)
 
     def slots(self, handle: ModelHandle) -> int:
         """Copies held at once for a component: one for sequence models, async_offload + 1 otherwise."""
@@ -56,42 +98,34 @@ class Streamer:
         copy = cache.get(unit)
         if copy is None:
             self._trim(handle, cache, room_for=1)
-            copy = self._copy(handle, unit, side=False)
+            copy = self._copy(handle, unit)
             cache[unit] = copy
         else:
             cache.move_to_end(unit)
-            if copy.event is not None:
-                stream = torch.cuda.current_stream(self.device)
-                stream.wait_event(copy.event)
-                for t in copy.tensors:
-                    t.record_stream(stream)
-                copy.event = None
+            self._ready(copy)
         for p, t in zip(unit.params, copy.tensors):
             assign(p, t)
-        if self._last is not None and self._last is not unit:
-            self._next[self._last] = unit
-        self._last = unit
-        if self._side is not None and handle.kind != "sequence":
-            self._prefetch(handle, cache, self._next.get(unit))
+        order = self._next.setdefault(handle, {})
+        last = self._last.get(handle)
+        if last is not None and last is not unit:
+            order[last] = unit
+        self._last[handle] = unit
+        if self.side is not None and handle.kind != "sequence":
+            self._prefetch(handle, cache, order.get(unit))
 
     def release(self, handle: ModelHandle, unit: Unit) -> None:
         for p in unit.params:
             handle._release(p)
 
     # ---- copies -------------------------------------------------------------------------------
-    def _copy(self, handle: ModelHandle, unit: Unit, side: bool) -> _Copy:
+    def _hosts(self, handle: ModelHandle, unit: Unit) -> list[torch.Tensor]:
         if self.cancel_check is not None:
             self.cancel_check()
-        hosts = [handle._host_for_stream(p, self.pin_budget) for p in unit.params]
-        if side:
-            with torch.cuda.stream(self._side):
-                tensors = [self.devices.place(h, self.device, non_blocking=True) for h in hosts]
-                event = torch.cuda.Event()
-                event.record(self._side)
-            copy = _Copy(tensors, event)
-        else:
-            non_blocking = self.device.type == "cuda"
-            copy = _Copy([self.devices.place(h, self.device, non_blocking=non_blocking) for h in hosts])
+        return [handle._host_for_stream(p, self.pin_budget) for p in unit.params]
+
+    def _copy(self, handle: ModelHandle, unit: Unit) -> _Copy:
+        hosts = self._hosts(handle, unit)
+        copy = _Copy(self.devices.place_many(hosts, self.device, non_blocking=self.device.type == "cuda"))
         handle.streamed_bytes += unit.nbytes
         return copy
 
@@ -99,7 +133,24 @@ class Streamer:
         if nxt is None or nxt in cache or nxt.hot or nxt not in handle._streamed_units():
             return
         self._trim(handle, cache, room_for=1)
-        cache[nxt] = self._copy(handle, nxt, side=True)
+        hosts = self._hosts(handle, nxt)
+        try:
+            tensors, event = self.side.copy(hosts)
+        except Exception as e:
+            if not is_oom(e, [self.device]):
+                raise
+            # Speculative: the unit is copied when it runs (and a real shortage fails there).
+            self.prefetch_skipped += 1
+            log.debug("%s: no memory to prefetch %s; it is copied when it runs", handle.name, nxt.name)
+            return
+        cache[nxt] = _Copy(tensors, event)
+        handle.streamed_bytes += nxt.nbytes
+
+    def _ready(self, copy: _Copy) -> None:
+        """Make the compute stream wait for a side-stream copy (before its use, or before dropping it)."""
+        if copy.event is not None:
+            self.side.wait(copy.event)
+            copy.event = None
 
     def _trim(self, handle: ModelHandle, cache: OrderedDict, room_for: int = 0) -> None:
         """Drop the oldest copies so `room_for` more fit in the component's slots; never one in use."""
@@ -108,17 +159,34 @@ class Streamer:
             if excess <= 0:
                 break
             if unit.depth == 0:
-                del cache[unit]
+                self._ready(cache.pop(unit))
                 excess -= 1
 
     def drop(self, handle: ModelHandle | None = None, unit: Unit | None = None) -> None:
         """Forget cached copies: of one unit, of one component, or all (after an OOM)."""
         if handle is None:
-            self._cache.clear()
+            caches = list(self._cache.values())
         elif unit is not None:
-            self._cache.get(handle, {}).pop(unit, None)
+            copy = self._cache.get(handle, {}).pop(unit, None)
+            caches = [{unit: copy}] if copy is not None else []
         else:
+            caches = [self._cache.get(handle, {})]
+        for cache in caches:
+            for copy in cache.values():
+                self._ready(copy)
+        if handle is None:
+            self._cache.clear()
+        elif unit is None:
             self._cache.pop(handle, None)
+        if unit is None and self.pin_budget is not None and self.pin_budget.cached:
+            self.pin_budget.release_cache()
+
+    def forget(self, handle: ModelHandle) -> None:
+        """Everything about a component leaving management (unregister, eviction): its copies and the
+        run order learned from its units, so the streamer keeps none of its modules or weights alive."""
+        self.drop(handle)
+        self._next.pop(handle, None)
+        self._last.pop(handle, None)
 
     def cached_bytes(self, handle: ModelHandle | None = None) -> int:
         caches = [self._cache.get(handle, {})] if handle is not None else list(self._cache.values())

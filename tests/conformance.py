@@ -17,3 +17,4 @@ class Case:
     folder: Path | None
     request: SpeakRequest
     unit_bytes: int = 16 << 10     # tiny layers: units this small, so every engine has something to stream
+    instruction: str = "Speak slowly and softly."   # one the engine accepts (OmniVoice: voice-design items only)

@@ -7,6 +7,10 @@ Not a timed test: speeds and ratios are printed, never asserted.
 import importlib.util
 import json
 import math
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +79,25 @@ def test_quick_cpu_bench_every_row(bench, tmp_path, monkeypatch, capsys):
                                                                          for r in rows]
     for row in rows:
         assert row["setting"] in text and row["label"] in text
+
+
+def test_gpu_check_dry_run(tmp_path):
+    """bench/gpu_check.sh --device cpu: the one-command GPU check's every step on the CPU (the pack made
+    importable without pip, the environment and pinning probe, the GPU tests' selection, the quick bench),
+    its summary and tables in $OUT, and its exit status."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OUT": str(out), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(BENCH.parent / "gpu_check.sh"), "--device", "cpu"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    summary = (out / "summary.txt").read_text()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "install:                 link" in summary and "mizuoto imports from" in summary
+    assert "cudaHostRegister:        n/a (no CUDA device)" in summary
+    assert "pytest -m gpu (collect): ok" in summary and "bench --quick:           ok" in summary
+    assert "dry run: not run (would be: bench/gpu.py --deadline" in summary and "FAILED" not in summary
+    collected = re.search(r"(\d+)/\d+ tests collected", (out / "pytest.txt").read_text())
+    assert collected and int(collected.group(1)) >= 5  # the GPU tests are selected by -m gpu
+    rows = json.loads((out / "gpu-cpu-quick.json").read_text())["rows"]
+    assert {(r["model"], r["arm"]): r["check"] for r in rows if r["model"] == "dit"} == {
+        ("dit", "plain"): "exact", ("dit", "ours0"): "exact"}
+    assert (out / "gpu-check.log").read_text().count("bench --quick") >= 2

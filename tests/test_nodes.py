@@ -106,9 +106,17 @@ def test_model_names_resolve_only_inside_registered_folders(tmp_path, monkeypatc
     for bad in ["../../secret", "..", "/etc", "tiny/../..", "a\\b", "", "missing"]:
         with pytest.raises(folders.ModelNotFound):
             folders.resolve("qwen3_tts", bad)
-    (root / "qwen3_tts" / "link").symlink_to(tmp_path / "secret")  # a link out of the folder
+    (root / "qwen3_tts" / "link").symlink_to(tmp_path / "secret")  # models on another drive, linked in
+    assert folders.list_models("qwen3_tts") == ["link", "tiny"]
+    assert folders.resolve("qwen3_tts", "link").resolve() == (tmp_path / "secret").resolve()
+    (root / "qwen3_tts" / "dangling").symlink_to(tmp_path / "nowhere")
+    (root / "qwen3_tts" / "chain").symlink_to(root / "qwen3_tts" / "link")        # a chain of links
+    assert folders.list_models("qwen3_tts") == ["chain", "link", "tiny"]
     with pytest.raises(folders.ModelNotFound):
-        folders.resolve("qwen3_tts", "link")
+        folders.resolve("qwen3_tts", "dangling")
+    for bad in ["link/..", "../qwen3_tts/link", str(tmp_path / "secret")]:     # names still cannot walk
+        with pytest.raises(folders.ModelNotFound):
+            folders.resolve("qwen3_tts", bad)
 
 
 def test_pack_imports_under_any_folder_name_without_comfyui(tmp_path):

@@ -177,20 +177,23 @@ def test_memory_budgets(nofile):
     assert p.with_overrides({"compute.ram_reserve_mb": 512}).ram_reserve_bytes() == 512 << 20
 
 
-def test_cuda_allocator(nofile):
+def test_cuda_allocator(nofile, monkeypatch):
+    """Only expandable segments are applied (through torch's settings call, never the environment);
+    the backend is fixed at torch's import. In a fresh interpreter: tests/test_cuda_path_cpu.py."""
+    import mizuoto.runtime.allocator as allocator
+
+    applied: list[str] = []
+    monkeypatch.setattr(allocator, "_set_allocator_settings", applied.append)  # not this process's allocator
     p = VramPolicy(**nofile)
-    for mode in ("auto", "native"):
+    for mode in ("auto", "native", "async"):
         environ: dict[str, str] = {}
         assert apply_cuda_allocator(p.with_overrides({"compute.cuda_allocator": mode}), environ) is None
-        assert environ == {}
+        assert environ == {} and applied == []
     environ = {}
-    assert apply_cuda_allocator(p.with_overrides({"compute.cuda_allocator": "async"}), environ) \
-        == "backend:cudaMallocAsync"
-    assert environ == {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
-    environ = {}
-    apply_cuda_allocator(p.with_overrides({"compute.cuda_allocator": "expandable"}), environ)
-    assert environ == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert apply_cuda_allocator(p.with_overrides({"compute.cuda_allocator": "expandable"}), environ) \
+        == "expandable_segments:True"
+    assert environ == {} and applied == ["expandable_segments:True"]
     for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         environ = {name: "max_split_size_mb:128"}
-        assert apply_cuda_allocator(p.with_overrides({"compute.cuda_allocator": "async"}), environ) is None
-        assert environ == {name: "max_split_size_mb:128"}
+        assert apply_cuda_allocator(p.with_overrides({"compute.cuda_allocator": "expandable"}), environ) is None
+        assert environ == {name: "max_split_size_mb:128"} and applied == ["expandable_segments:True"]

@@ -113,7 +113,7 @@ class TinyDiT(nn.Module):
 def sample(model: TinyDiT, noise: torch.Tensor, steps: int = 4):
     x = noise
     for i in range(steps):
-        t = torch.full((x.shape[0],), i / steps)
+        t = torch.full((x.shape[0],), i / steps, device=x.device, dtype=x.dtype)
         x = x + model(x, t) / steps
     return x
 

@@ -9,9 +9,9 @@ Resamplers (exact reimplementations, so a reference gives the same codes as upst
   (ceil(n * target / orig), zero-padded or cut) — what `librosa.resample` does by default.
 - "torchaudio_sinc": torchaudio's windowed-sinc (`transforms.Resample` defaults: Hann window, 6 zero
   crossings, roll-off 0.99, the kernel computed in float64 and applied in float32). Rates that share
-  no large common factor would need a kernel of (target x orig) taps (44 101 -> 24 000 Hz: 4 GB); the
-  polyphase rows are made and applied in blocks with bounded memory, and only the rows the output
-  reaches (a few seconds at such a rate still take seconds to compute).
+  no large common factor need a kernel of (target x orig) taps (44 101 -> 24 000 Hz: 8.5 GB, which
+  torchaudio itself would allocate); past MAX_SINC_KERNEL_BYTES such rates are resampled with soxr HQ
+  instead (bounded memory, not torchaudio's exact numbers; common rates are never affected).
 Rates outside [MIN_RATE, MAX_RATE] are refused before anything is allocated.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 MIN_RATE, MAX_RATE = 4000, 384000
-KERNEL_BLOCK_BYTES = 64 << 20   # polyphase rows applied per block by the sinc resampler
+MAX_SINC_KERNEL_BYTES = 64 << 20   # larger exact sinc kernels (odd, coprime rates) fall back to soxr HQ
 RESAMPLERS = ("soxr_hq", "torchaudio_sinc")
 
 
@@ -104,15 +104,13 @@ def _soxr_hq(wav: Tensor, orig: int, target: int) -> Tensor:
     return torch.from_numpy(np.asarray(y, dtype=x.dtype).copy())
 
 
-def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99,
-                phases: range | None = None) -> tuple[Tensor, int]:
-    """Rows `phases` (default all) of torchaudio's Hann-windowed sinc kernel [phases, 1, taps] (float32)
-    for reduced rates orig -> target, and the padding width."""
+def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99) -> tuple[Tensor, int]:
+    """torchaudio's Hann-windowed sinc kernel [target, 1, taps] (float32) for reduced rates orig -> target,
+    and the padding width."""
     base = min(orig, target) * rolloff
     width = math.ceil(zeros * orig / base)
-    phases = phases if phases is not None else range(target)
     idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, None] / orig
-    t = torch.arange(-phases.start, -phases.stop, -1)[:, None, None] / target + idx
+    t = torch.arange(0, -target, -1)[:, None, None] / target + idx
     t *= base
     t = t.clamp_(-zeros, zeros)
     window = torch.cos(t * math.pi / zeros / 2) ** 2
@@ -125,15 +123,10 @@ def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99,
 def _torchaudio_sinc(wav: Tensor, orig: int, target: int) -> Tensor:
     g = math.gcd(orig, target)
     orig, target = orig // g, target // g
-    n = int(math.ceil(target * wav.shape[-1] / orig))
-    phases = min(target, n)                 # a short input never reaches the later polyphase rows
     width = math.ceil(6 * orig / (min(orig, target) * 0.99))
+    if target * (2 * width + orig) * 8 > MAX_SINC_KERNEL_BYTES:
+        return _soxr_hq(wav, orig * g, target * g)
+    kernel, width = sinc_kernel(orig, target)
     x = F.pad(wav.float()[None, None], (width, width + orig))
-    rows = max(1, KERNEL_BLOCK_BYTES // ((2 * width + orig) * 8))
-    outs = []
-    for start in range(0, phases, rows):
-        kernel, _ = sinc_kernel(orig, target, phases=range(start, min(start + rows, phases)))
-        outs.append(F.conv1d(x, kernel, stride=orig)[0])                   # [phases, frames]
-    y = torch.cat(outs)
-    y = y.T.reshape(-1) if phases == target else y[:, 0]
-    return y[:n]
+    y = F.conv1d(x, kernel, stride=orig)[0].T.reshape(-1)                # [frames, phases] -> samples
+    return y[:int(math.ceil(target * wav.shape[-1] / orig))]

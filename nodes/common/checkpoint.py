@@ -9,6 +9,7 @@ reading it, so a large checkpoint costs page cache, not a second copy in RAM.
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import zipfile
@@ -61,3 +62,22 @@ def state_dict(obj: Any, path: str | os.PathLike, key: str | None = None, strip:
     if not out:
         raise CheckpointError(f"{path}: no tensors{f' under {strip!r}' if strip else ''}")
     return out
+
+
+class ModelFolderError(FileNotFoundError):
+    """A folder that is not a complete model of an engine (a required file is missing)."""
+
+
+def read_json(path: str | os.PathLike, engine: str) -> dict[str, Any]:
+    """A JSON object from a model folder's config file; errors name the engine and the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFolderError(f"{engine}: {path} not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{engine}: {path} is not valid JSON ({type(e).__name__}: {str(e)[:120]}); the "
+                              f"download is incomplete or corrupt") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{engine}: {path} does not hold a JSON object")
+    return data

@@ -1,5 +1,10 @@
 """Model folders: `models/TTS/<engine>/<model>/`, registered with ComfyUI's folder_paths so
-extra_model_paths.yaml works, and the only places a model name from the UI can resolve to."""
+extra_model_paths.yaml works, and the only places a model name from the UI can resolve to.
+
+A model name is a plain folder name (no separators, no "..", not absolute). Symbolic links the user
+placed inside a registered folder (models kept on another drive) are followed, as ComfyUI follows
+them: listing, resolving and downloading all see the same folders.
+"""
 from __future__ import annotations
 
 import os
@@ -46,9 +51,8 @@ def resolve(engine: str, name: str) -> Path:
         raise ModelNotFound(f"model name {name!r}: expected a folder name from models/{FOLDER}/{engine}/, "
                             f"without path separators")
     for root in roots():
-        base = (root / engine).resolve()
-        candidate = (base / name).resolve()
-        if candidate.parent == base and candidate.is_dir():
+        candidate = root / engine / name
+        if candidate.is_dir():  # a link the user placed in a registered folder is followed, as ComfyUI does
             return candidate
     searched = ", ".join(str(r / engine) for r in roots())
     raise ModelNotFound(f"model {name!r} not found in {searched}; available: {list_models(engine) or 'none'}")

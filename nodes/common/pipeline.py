@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ...runtime.oom import is_oom
 from .audio import check_rate, check_samples, resample, to_mono
 from .engine import Capabilities, Chunk, Engine, Reference
 
@@ -88,6 +89,18 @@ def check_seed(seed: object) -> int:
     return int(seed)
 
 
+def _check_unicode(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: expected a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name}: character {e.start} ({value[e.start]!r}) is not valid Unicode text (a lone "
+                         "surrogate); expected text that can be encoded as UTF-8") from None
+
+
 def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type]) -> None:
     """Every input against the engine's declaration; the first problem is a ValueError naming the input."""
     if not isinstance(req.text, str):
@@ -96,6 +109,11 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type
         raise ValueError("text: empty or only whitespace; expected something to read")
     if len(req.text) > MAX_TEXT:
         raise ValueError(f"text: {len(req.text)} characters; expected at most {MAX_TEXT} characters")
+    for name in ("text", "reference_text", "instruction", "voice", "language"):
+        _check_unicode(name, getattr(req, name))
+    if req.settings is not None and not isinstance(req.settings, dict):
+        raise ValueError(f"settings: expected the output of a Runtime Settings node (compute.* settings), got "
+                         f"{type(req.settings).__name__}")
     check_seed(req.seed)
     if req.language not in caps.languages:
         raise ValueError(f"language: this model speaks {', '.join(caps.languages)}; got {req.language!r}")
@@ -162,8 +180,9 @@ def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], 
     try:
         with model.using() as engine:
             wav, meta = synthesize(engine, req, progress, cancel)
-    except torch.OutOfMemoryError:
-        service.release_after_oom()  # what ComfyUI does after an OOM, for our models
+    except Exception as e:
+        if is_oom(e):
+            service.release_after_oom()  # what ComfyUI does after an OOM, for our models
         raise
     finally:
         service.maintain()

@@ -47,6 +47,9 @@ def select(logits: Tensor, do_sample: bool, temperature: float, top_k: int, top_
            generator: torch.Generator | None) -> int:
     """Greedy argmax, or temperature -> top-k -> top-p -> one multinomial draw from `generator`."""
     logits = logits.float().cpu()
+    if bool(torch.isnan(logits).any()):
+        raise FloatingPointError("the model produced NaN scores: its weights are corrupt or its precision is too "
+                                 "low for it (try fp32)")
     if not do_sample:
         return int(torch.argmax(logits))
     scores = top_p_filter(top_k_filter(logits / temperature, top_k), top_p)
@@ -62,3 +65,36 @@ def check_sampling(temperature: float, top_k: int, top_p: float, prefix: str = "
         raise ValueError(f"{prefix}top_k: expected >= 0 (0 = off), got {top_k}")
     if not 0 < top_p <= 1:
         raise ValueError(f"{prefix}top_p: expected in (0, 1], got {top_p}")
+
+
+# ---- CosyVoice's repetition-aware sampling (RAS, from VALL-E 2) -------------------------------------------
+# Bit for bit upstream `cosyvoice.utils.common.ras_sampling`: the nucleus is accumulated in float32 one
+# probability at a time (not a cumsum, whose CPU kernel accumulates in double), and the draws are
+# `multinomial(1, replacement=True)` over the unnormalised kept probabilities, from `generator`.
+
+
+def nucleus_sample(logp: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> int:
+    """A draw among the most likely tokens while their mass stays under `top_p`, at most `top_k` of them."""
+    probs, idx = logp.softmax(dim=0).sort(descending=True, stable=True)
+    kept: list[Tensor] = []
+    cum = probs.new_zeros(())
+    for i in range(min(top_k, probs.numel())):
+        if not cum < top_p:
+            break
+        cum = cum + probs[i]
+        kept.append(probs[i])
+    pick = torch.stack(kept).multinomial(1, replacement=True, generator=generator)
+    return int(idx[pick].item())
+
+
+def ras_sample(logp: Tensor, decoded: list[int], generator: torch.Generator | None, *, top_p: float = 0.8,
+               top_k: int = 25, win_size: int = 10, tau_r: float = 0.1) -> int:
+    """The next token from log-probabilities `logp` [V] given the tokens decoded so far (on the CPU, float32)."""
+    logp = logp.float().cpu()
+    token = nucleus_sample(logp, top_p, top_k, generator)
+    repeats = sum(1 for t in decoded[-win_size:] if t == token)
+    if repeats >= win_size * tau_r:
+        logp = logp.clone()   # the caller's scores stay as they were
+        logp[token] = -float("inf")
+        token = int(logp.softmax(dim=0).multinomial(1, replacement=True, generator=generator).item())
+    return token

@@ -1,12 +1,11 @@
 """The engine-independent nodes: Speak (text -> AUDIO through the pipeline) and Runtime settings."""
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from ...runtime import SettingsError, VramPolicy
-from ...runtime.policy import parse_setting
+from ...runtime.policy import json_object, parse_setting
 from .pipeline import MAX_SEED, LoadedModel, SpeakRequest, speak
 from .registry import discover
 
@@ -111,12 +110,9 @@ class MizuotoRuntimeSettings:
             out[key] = parse_setting(key, str(value), f"input {name}")
         if more.strip():
             try:
-                extra = json.loads(more)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"more: expected a JSON object of settings: {e}") from None
-            if not isinstance(extra, dict):
-                raise ValueError("more: expected a JSON object of settings")
-            out.update(extra)
+                out.update(json_object(more, "more"))
+            except SettingsError as e:
+                raise ValueError(f"more: expected a JSON object of settings, e.g. {{\"compute.gpu_jobs\": 2}} ({e})") from None
         try:
             VramPolicy().with_overrides(out)  # every key and value validated here, not mid-run
         except SettingsError as e:

@@ -9,7 +9,8 @@
 Every weight is read inside the forward of the nn.Linear / nn.Conv that owns it, so the runtime's
 per-unit hooks see all of it; norms and layer scales are plain parameters (the fixed part).
 Attention goes through F.scaled_dot_product_attention: causal for a prefill, unmasked for one new
-position, or an explicit boolean mask for sliding windows.
+position, a boolean mask for sliding windows, or the caller's boolean `mask` (bidirectional models
+such as OmniVoice's backbone: every position sees every unpadded one).
 """
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None = None, layer: int = 0,
-                window: int | None = None) -> Tensor:
+                window: int | None = None, mask: Tensor | None = None) -> Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim)
         k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim)
@@ -124,7 +125,9 @@ class Attention(nn.Module):
             k = k[:, :, None].expand(b, self.kv_heads, rep, *k.shape[2:]).reshape(b, self.heads, *k.shape[2:])
             v = v[:, :, None].expand(b, self.kv_heads, rep, *v.shape[2:]).reshape(b, self.heads, *v.shape[2:])
         keys = k.shape[2]
-        if window is not None and keys > 1 and (t > 1 or keys > window):
+        if mask is not None:    # an explicit mask (bidirectional models): boolean [B or 1, 1, T, keys], True = attend
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif window is not None and keys > 1 and (t > 1 or keys > window):
             mask = sliding_mask(t, keys, window, x.device)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         elif t > 1:
@@ -172,8 +175,8 @@ class DecoderLayer(nn.Module):
             self.self_attn_layer_scale = self.mlp_layer_scale = None
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None = None, layer: int = 0,
-                window: int | None = None) -> Tensor:
-        h = self.self_attn(self.input_layernorm(x), rope, cache, layer, window)
+                window: int | None = None, mask: Tensor | None = None) -> Tensor:
+        h = self.self_attn(self.input_layernorm(x), rope, cache, layer, window, mask)
         x = x + (h if self.self_attn_layer_scale is None else self.self_attn_layer_scale(h))
         h = self.mlp(self.post_attention_layernorm(x))
         return x + (h if self.mlp_layer_scale is None else self.mlp_layer_scale(h))
@@ -182,6 +185,13 @@ class DecoderLayer(nn.Module):
 def kv_position_bytes(kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
     """K plus V bytes of one position of one layer (for runtime.lm.cache.peak_bytes)."""
     return 2 * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def qwen2_layer(dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int, *, eps: float = 1e-6) -> DecoderLayer:
+    """A Qwen2 block: q/k/v projections with biases, o_proj without, no q/k norm (HF Qwen2 layout)."""
+    layer = DecoderLayer(dim, heads, kv_heads, head_dim, hidden, eps=eps, qk_norm=False, bias=True)
+    layer.self_attn.o_proj = nn.Linear(heads * head_dim, dim, bias=False)
+    return layer
 
 
 class LongRoPE(nn.Module):

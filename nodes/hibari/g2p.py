@@ -20,12 +20,16 @@ import torch.nn as nn
 
 from .loader import OOV_ONNX, OOV_ONNX_SHA256, WeightFileError, onnx_state_dict, package_assets, verify_file
 from .model import TransformerLayer
-from .onnx_reader import OnnxFormatError
+from ..common.onnx_reader import OnnxFormatError
 
 # hibari.tts.MAX_PHONEMES: the acoustic model has no positional table, so this is not a hard limit of
 # the graph; it is the chunk length hibari was built and evaluated with (attention cost grows as L^2).
 MAX_PHONEMES = 400
 _CLAUSE = re.compile(r"(?<=[,;:—])\s+")               # hibari.tts._CLAUSE
+# hibari's number reader names groups up to decillions: 36 digits; longer runs (with or without thousands
+# separators) raise inside it, and past 4 300 digits Python refuses the int itself.
+MAX_NUMBER_DIGITS = 36
+_LONG_NUMBER = re.compile(r"\d(?:[\d,]*\d)?")
 SILENT = frozenset(';:,.!?—…"()“” ')                  # vocab entries that carry no sound of their own
 
 
@@ -74,6 +78,12 @@ class TorchOovSession:
     def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         with torch.inference_mode():
             return [self.net(torch.from_numpy(np.asarray(feeds["chars"], dtype=np.int64))).numpy()]
+
+
+def _digit_by_digit(match: re.Match) -> str:
+    number = match.group()
+    digits = [c for c in number if c.isdigit()]
+    return " ".join(digits) if len(digits) > MAX_NUMBER_DIGITS else number
 
 
 def split_phonemes(ps: str, limit: int = MAX_PHONEMES) -> list[str]:
@@ -137,9 +147,9 @@ class HibariG2P:
 
     def chunks(self, text: str) -> list[str]:
         """Phoneme strings of at most MAX_PHONEMES characters, in reading order (hibari's Hibari.phonemize,
-        plus the word-level cut)."""
+        plus the word-level cut). Numbers longer than hibari can name are read digit by digit."""
         out: list[str] = []
-        for sentence in self.sentences(text):
+        for sentence in self.sentences(_LONG_NUMBER.sub(_digit_by_digit, text)):
             ps = self.phonemes(sentence)
             if ps:
                 out.extend(split_phonemes(ps))

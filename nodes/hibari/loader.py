@@ -8,6 +8,7 @@ cached as safetensors keyed by the ONNX file's sha256.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import tempfile
@@ -20,14 +21,14 @@ import torch
 from ...runtime.paths import cache_dir
 from ..common.download import sha256_of
 from .model import HibariModel
-from .onnx_reader import Graph, OnnxFormatError, read_model
+from ..common.onnx_reader import Graph, OnnxFormatError, read_model
 
 PACKAGE = "hibari-tts==0.2.1"
 HIBARI_ONNX = "hibari.onnx"
 HIBARI_ONNX_SHA256 = "5f70741d4e900f4e85d0037498736cc1b3e1b9a63a13546a5da1e63abf4fccd8"
 OOV_ONNX = "oov.onnx"
 OOV_ONNX_SHA256 = "d3cfd8122c5f172a98c8de38268bf1213ee09f2c2ae4df6e055fc6532590fe76"
-CACHE_FORMAT = "1"   # bump when the state-dict layout changes
+CACHE_FORMAT = "2"   # bump when the state-dict layout changes (2: content hash in the metadata)
 
 # ONNX initializer prefixes -> our module names (pn = ProsodyNet, m = the decoder in hibari's export)
 _PREFIXES = {"pn.": "prosody.", "m.": "decoder."}
@@ -136,16 +137,29 @@ def _cache_path(sha256: str) -> Path:
     return cache_dir() / "hibari" / f"hibari-{sha256}.safetensors"
 
 
+def content_sha256(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for key in sorted(state):
+        t = state[key].contiguous()
+        h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def _read_cache(path: Path, sha256: str) -> dict[str, torch.Tensor] | None:
+    """The cached state dict, or None (then rebuilt) unless its metadata and its content hash both match:
+    flipped bytes, NaN planted in a tensor or a changed dtype all fail the content hash."""
     from safetensors import safe_open
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
             if meta.get("onnx_sha256") != sha256 or meta.get("format") != CACHE_FORMAT:
                 return None
-            return {k: f.get_tensor(k) for k in f.keys()}
+            state = {k: f.get_tensor(k) for k in f.keys()}
     except Exception:                                            # any unreadable cache is rebuilt from the ONNX file
         return None
+    return state if meta.get("content_sha256") == content_sha256(state) else None
 
 
 def _write_cache(path: Path, state: dict[str, torch.Tensor], sha256: str) -> None:
@@ -154,7 +168,8 @@ def _write_cache(path: Path, state: dict[str, torch.Tensor], sha256: str) -> Non
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        save_file(state, tmp, metadata={"onnx_sha256": sha256, "format": CACHE_FORMAT})
+        save_file(state, tmp, metadata={"onnx_sha256": sha256, "format": CACHE_FORMAT,
+                                        "content_sha256": content_sha256(state)})
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -10,7 +10,6 @@ Modules are built on the meta device and each tensor is read straight into the t
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, checkpoint_path, load_module
+from ..common import checkpoint
+from ..common.checkpoint import ModelFolderError
 from .codec import CodecConfig, SpeechTokenizer
 from .model import Qwen3TTS, Qwen3TTSConfig
 
@@ -26,20 +27,8 @@ REQUIRED = ("config.json", "speech_tokenizer/config.json")
 WEIGHTS = ("", "speech_tokenizer")  # folders holding model.safetensors or its sharded index
 
 
-class ModelFolderError(FileNotFoundError):
-    """A folder that is not a complete Qwen3-TTS model."""
-
-
 def read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ModelFolderError(f"Qwen3-TTS: {path} not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"Qwen3-TTS: {path} is not valid JSON ({e}); the download is incomplete or corrupt") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"Qwen3-TTS: {path} does not hold a JSON object")
-    return data
+    return checkpoint.read_json(path, "Qwen3-TTS")
 
 
 def is_model_folder(folder: Path) -> bool:

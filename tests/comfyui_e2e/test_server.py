@@ -43,7 +43,8 @@ OUR_NODES = {
                                             "host_copies", "oom_retry", "oom_fallback", "kv_cache"],
                                "optional": ["more"], "output": ["MIZUOTO_SETTINGS"]},
 }
-MODEL = "hibari:fp32:auto"  # the loader's model name for precision fp32, device auto
+# The runtime service's key for the loader's fp32/auto output: engine, model, dtype, device (auto = CPU under --cpu)
+MODEL = "hibari:hibari heart:float32:cpu"
 WORKFLOWS = ["speak_and_preview", "speech_next_to_an_image_model"]
 API_PROMPT = json.loads((HERE / "speak_and_preview.api.json").read_text())
 
@@ -183,6 +184,40 @@ def test_workflow_templates_list_our_examples(server):
         f"/api/workflow_templates/{pack}/speech_next_to_an_image_model.json")["nodes"]}
     assert {"CheckpointLoaderSimple", "CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode",
             "PreviewImage"} <= image_nodes
+
+
+# ---- regression: a cached loader output whose model RAM relief evicted ------------------------------
+# A RAM reserve no machine has: the service's RAM relief evicts every idle model after each Speak.
+RAM_RELIEF_ENV = {"MIZUOTO_COMPUTE_RAM_RESERVE_MB": "1000000000000"}
+
+
+def cached_nodes(entry: dict) -> list[str]:
+    """The nodes ComfyUI served from its output cache in this prompt (its `execution_cached` message)."""
+    return next((data["nodes"] for event, data in entry["status"]["messages"] if event == "execution_cached"), [])
+
+
+def test_cached_loader_output_survives_ram_relief():
+    """Two prompts, the second changing only Speak's text: ComfyUI reuses the loader's cached output
+    (a LoadedModel) although RAM relief evicted the engine after the first Speak; the runtime service
+    loads it again. Before the LoadedModel design the second prompt failed with
+    `component 'acoustic' is not registered`."""
+    prompt = json.loads(json.dumps(API_PROMPT))  # loader -> Speak -> PreviewAudio
+    with ComfyServer(comfyui_path(), env=RAM_RELIEF_ENV) as srv:
+        first = srv.run_prompt(prompt)
+        assert first["status"]["status_str"] == "success", json.dumps(first["status"], indent=1)[:3000]
+        check_audio_output(srv, first, "3")
+        report = runtime(srv)
+        # RAM relief really ran: the engine and its component are gone, only the cached LoadedModel remains.
+        assert report["models"] == [] and report["components"] == [], report
+        assert report["last"]["model"] == "hibari heart", report["last"]
+
+        prompt["2"]["inputs"]["text"] = "The same loader output, after the model was evicted."
+        second = srv.run_prompt(prompt)
+        assert second["status"]["status_str"] == "success", json.dumps(second["status"], indent=1)[:3000]
+        assert "1" in cached_nodes(second), second["status"]["messages"]  # the loader did not run again
+        check_audio_output(srv, second, "3")
+        assert second["outputs"]["3"]["audio"] != first["outputs"]["3"]["audio"]
+        assert "is not registered" not in srv.log()
 
 
 # ---- the frontend: the workflow run from the UI, and our panel ---------------------------------------

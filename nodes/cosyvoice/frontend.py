@@ -1,0 +1,211 @@
+"""CosyVoice's front end without its heavy dependencies: BPE text tokens, text rules, and the three
+features of a reference recording.
+
+- Text tokens: Qwen2 byte-level BPE rebuilt from `CosyVoice-BlankEN/vocab.json` + `merges.txt` with the
+  `tokenizers` package, plus upstream's added special tokens in upstream's order (v3 adds ~300 phoneme
+  tokens; `<|endofprompt|>` gets id 151646 in the real vocabulary).
+- Text normalisation: upstream uses ttsfrd or wetext when installed and otherwise falls back to a few
+  rules; we ship that fallback rule set (Chinese: blanks, corner marks, brackets, full stops; English:
+  as written, numbers are not spelled out since that needs `inflect`). Text holding `<|...|>` markup is
+  left untouched, as upstream does.
+- Features (each bit-exact against the upstream function in the fixtures): Whisper's 128-bin log-mel at
+  16 kHz (speech tokenizer), Kaldi fbank at 16 kHz (CAM++), Matcha's 80-bin log-mel at 24 kHz (flow prompt).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..common.mel import log_mel, mel_filters
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+SPECIAL_V2 = ("<|im_start|>", "<|im_end|>", "<|endofprompt|>", "[breath]", "<strong>", "</strong>", "[noise]",
+              "[laughter]", "[cough]", "[clucking]", "[accent]", "[quick_breath]", "<laughter>", "</laughter>",
+              "[hissing]", "[sigh]", "[vocalized-noise]", "[lipsmack]", "[mn]")
+_PHONES_EN = ("AA AA0 AA1 AA2 AE AE0 AE1 AE2 AH AH0 AH1 AH2 AO AO0 AO1 AO2 AW AW0 AW1 AW2 AY AY0 AY1 AY2 B CH D DH "
+              "EH EH0 EH1 EH2 ER ER0 ER1 ER2 EY EY0 EY1 EY2 F G HH IH IH0 IH1 IH2 IY IY0 IY1 IY2 JH K L M N NG OW OW0 "
+              "OW1 OW2 OY OY0 OY1 OY2 P R S SH T TH UH UH0 UH1 UH2 UW UW0 UW1 UW2 V W Y Z ZH")
+_PHONES_ZH = ("a ai an ang ao b c ch d e ei en eng f g h i ian in ing iu ià iàn iàng iào iá ián iáng iáo iè ié iòng "
+              "ióng iù iú iā iān iāng iāo iē iě iōng iū iǎ iǎn iǎng iǎo iǒng iǔ j k l m n o ong ou p q r s sh t u "
+              "uang ue un uo uà uài uàn uàng uá uái uán uáng uè ué uì uí uò uó uā uāi uān uāng uē uě uī uō uǎ uǎi "
+              "uǎn uǎng uǐ uǒ vè w x y z zh à ài àn àng ào á ái án áng áo è èi èn èng èr é éi én éng ér ì ìn ìng í "
+              "ín íng ò òng òu ó óng óu ù ùn ú ún ā āi ān āng āo ē ēi ēn ēng ě ěi ěn ěng ěr ī īn īng ō ōng ōu ū ūn ǎ "
+              "ǎi ǎn ǎng ǎo ǐ ǐn ǐng ǒ ǒng ǒu ǔ ǔn ǘ ǚ ǜ")
+SPECIAL_V3 = SPECIAL_V2 + ("<|endofsystem|>",) + tuple(f"[{p}]" for p in (_PHONES_EN + " " + _PHONES_ZH).split())
+
+V3_SYSTEM = "You are a helpful assistant."
+ENDOFPROMPT = "<|endofprompt|>"
+
+
+class TextTokenizer:
+    """Upstream's `CosyVoice2Tokenizer` / `CosyVoice3Tokenizer` (HF AutoTokenizer + add_special_tokens)."""
+
+    def __init__(self, folder: str | Path, version: int) -> None:
+        try:
+            from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+        except ImportError:
+            raise ImportError("CosyVoice needs the `tokenizers` package for its text tokenizer "
+                              "(pip install tokenizers; ComfyUI already ships it)") from None
+        folder = Path(folder)
+        vocab_path, merges_path = folder / "vocab.json", folder / "merges.txt"
+        for f in (vocab_path, merges_path):
+            if not f.is_file():
+                raise FileNotFoundError(f"CosyVoice text tokenizer: {f} not found")
+        try:
+            vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+            lines = merges_path.read_text(encoding="utf-8").splitlines()
+            merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"CosyVoice text tokenizer: {vocab_path} / {merges_path} could not be read: {e}") from None
+        # Qwen2's own specials: tokenizer_config.json's added tokens, else <|endoftext|> after the vocabulary.
+        specials: list[tuple[int, str]] = []
+        config = folder / "tokenizer_config.json"
+        if config.is_file():
+            try:
+                added = json.loads(config.read_text(encoding="utf-8")).get("added_tokens_decoder") or {}
+                specials = sorted((int(i), e["content"]) for i, e in added.items())
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"CosyVoice text tokenizer: {config} is not a valid tokenizer config: {e}") from None
+        if not specials:
+            specials = [(len(vocab), "<|endoftext|>")]
+        table = dict(vocab)
+        for idx, content in specials:
+            table.setdefault(content, idx)
+        tok = Tokenizer(models.BPE(vocab=table, merges=merges, unk_token=None, byte_fallback=False))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        # New tokens get the next ids in order (HF add_special_tokens: id = len(tokenizer)); known ones keep theirs.
+        nxt = max(table.values()) + 1
+        for content in [c for _, c in specials] + list(SPECIAL_V3 if version == 3 else SPECIAL_V2):
+            expected = table.get(content, nxt)
+            tok.add_special_tokens([AddedToken(content, special=True, normalized=False)])
+            if tok.token_to_id(content) != expected:
+                raise ValueError(f"CosyVoice text tokenizer: {content!r} got id {tok.token_to_id(content)}, "
+                                 f"expected {expected} (vocabulary ids in {vocab_path} are not contiguous)")
+            if content not in table:
+                table[content] = expected
+                nxt += 1
+        self.tok = tok
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def token_id(self, content: str) -> int | None:
+        return self.tok.token_to_id(content)
+
+
+# ---- text rules (upstream's fallback without ttsfrd / wetext) -------------------------------------------------
+
+_CHINESE = re.compile(r"[\u4e00-\u9fff]+")
+
+
+def contains_chinese(text: str) -> bool:
+    return bool(_CHINESE.search(text))
+
+
+def _replace_blank(text: str) -> str:
+    """Drop spaces except between two ASCII non-space characters."""
+    out = []
+    for i, c in enumerate(text):
+        if c == " ":
+            if 0 < i < len(text) - 1 and text[i + 1].isascii() and text[i + 1] != " " and \
+                    text[i - 1].isascii() and text[i - 1] != " ":
+                out.append(c)
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def normalize_text(text: str) -> str:
+    """Upstream `text_normalize(split=False)` with no text front-end installed (and no `inflect`)."""
+    if "<|" in text and "|>" in text:
+        return text
+    text = text.strip()
+    if not contains_chinese(text):
+        return text
+    text = text.replace("\n", "")
+    text = _replace_blank(text)
+    text = text.replace("²", "平方").replace("³", "立方")
+    text = text.replace(".", "。").replace(" - ", "，")
+    text = text.replace("（", "").replace("）", "").replace("【", "").replace("】", "").replace("`", "")
+    text = text.replace("——", " ")
+    return re.sub(r"[，,、]+$", "。", text)
+
+
+def only_punctuation(text: str) -> bool:
+    """Upstream's is_only_punctuation (`^[\\p{P}\\p{S}]*$`), also true for blank text."""
+    return all(unicodedata.category(c)[0] in "PSZ" for c in text)
+
+
+# ---- features --------------------------------------------------------------------------------------------------
+
+
+def slaney_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> Tensor:
+    """librosa.filters.mel (Slaney scale and norm, float32), as Whisper's asset and Matcha compute it."""
+    return torch.from_numpy(mel_filters(sr, n_fft, n_mels, fmin, fmax))
+
+
+def whisper_log_mel(audio: Tensor, n_mels: int = 128) -> Tensor:
+    """Whisper's log_mel_spectrogram of 16 kHz audio [T] -> [n_mels, frames]."""
+    window = torch.hann_window(400, device=audio.device)
+    stft = torch.stft(audio, 400, 160, window=window, return_complex=True)
+    magnitudes = stft[..., :-1].abs() ** 2
+    mel = slaney_filters(16000, 400, n_mels).to(audio.device) @ magnitudes
+    log_spec = torch.clamp(mel, min=1e-10).log10()
+    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
+    return (log_spec + 4.0) / 4.0
+
+
+def kaldi_fbank(wav: Tensor, num_mel_bins: int = 80, sample_frequency: float = 16000.0) -> Tensor:
+    """torchaudio.compliance.kaldi.fbank(wav[None], num_mel_bins, dither=0) with its defaults (25/10 ms
+    povey frames, DC removal, pre-emphasis 0.97, power spectrum, 20 Hz..Nyquist, log) -> [frames, bins]."""
+    eps = torch.tensor(torch.finfo(torch.float).eps, dtype=wav.dtype, device=wav.device)
+    size, shift = int(sample_frequency * 0.025), int(sample_frequency * 0.010)
+    padded = 1 if size == 0 else 2 ** (size - 1).bit_length()
+    n = wav.numel()
+    if n < size:
+        return torch.empty(0, num_mel_bins, dtype=wav.dtype, device=wav.device)
+    frames = wav.as_strided((1 + (n - size) // shift, size), (shift * wav.stride(0), wav.stride(0)))
+    frames = frames - torch.mean(frames, dim=1).unsqueeze(1)
+    offset = F.pad(frames.unsqueeze(0), (1, 0), mode="replicate").squeeze(0)
+    frames = frames - 0.97 * offset[:, :-1]
+    window = torch.hann_window(size, periodic=False, device=wav.device, dtype=wav.dtype).pow(0.85).unsqueeze(0)
+    frames = F.pad((frames * window).unsqueeze(0), (0, padded - size), mode="constant", value=0).squeeze(0)
+    spectrum = torch.fft.rfft(frames).abs().pow(2.0)
+    banks = _kaldi_mel_banks(num_mel_bins, padded, sample_frequency).to(device=wav.device, dtype=wav.dtype)
+    banks = F.pad(banks, (0, 1), mode="constant", value=0)
+    return torch.max(torch.mm(spectrum, banks.T), eps).log()
+
+
+def _kaldi_mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: float = 20.0) -> Tensor:
+    num_fft_bins = padded / 2
+    high_freq = 0.5 * sample_freq
+    fft_bin_width = sample_freq / padded
+    mel_low = 1127.0 * math.log(1.0 + low_freq / 700.0)
+    mel_high = 1127.0 * math.log(1.0 + high_freq / 700.0)
+    delta = (mel_high - mel_low) / (num_bins + 1)
+    b = torch.arange(num_bins).unsqueeze(1)
+    left, center, right = mel_low + b * delta, mel_low + (b + 1.0) * delta, mel_low + (b + 2.0) * delta
+    mel = (1127.0 * (1.0 + fft_bin_width * torch.arange(num_fft_bins) / 700.0).log()).unsqueeze(0)
+    up = (mel - left) / (center - left)
+    down = (right - mel) / (right - center)
+    return torch.max(torch.zeros(1), torch.min(up, down))
+
+
+def matcha_mel(wav: Tensor, n_fft: int = 1920, num_mels: int = 80, sampling_rate: int = 24000, hop_size: int = 480,
+               win_size: int = 1920, fmin: float = 0.0, fmax: float | None = 8000.0) -> Tensor:
+    """Matcha-TTS mel_spectrogram (center=False) of audio [T] -> log-mel [num_mels, frames] (the shared recipe)."""
+    basis = slaney_filters(sampling_rate, n_fft, num_mels, fmin, fmax)
+    return log_mel(wav, basis, n_fft, hop_size, win_size, pad=int((n_fft - hop_size) / 2))[0]

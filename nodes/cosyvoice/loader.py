@@ -1,0 +1,221 @@
+"""Find and load CosyVoice 2 / 3 model folders in the upstream layout, unchanged:
+
+    models/TTS/cosyvoice/<model>/
+        cosyvoice2.yaml | cosyvoice3.yaml    HyperPyYAML, read as plain data (config.py)
+        llm.pt  flow.pt  hift.pt             pickled state dicts: torch.load(weights_only=True, mmap=True)
+        campplus.onnx                        CAM++ speaker embedding (read by our ONNX reader)
+        speech_tokenizer_v2.onnx | speech_tokenizer_v3.onnx
+        spk2info.pt                          built-in speakers (optional)
+        CosyVoice-BlankEN/config.json vocab.json merges.txt   the Qwen2 config and BPE
+
+Modules are built with parameters on `meta` and the file's tensors assigned strictly: a missing,
+unexpected or mis-shaped key is a CheckpointError naming the file.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...runtime.loading import CheckpointError, load_module_from_state
+from ..common.checkpoint import ModelFolderError, load_pickle, state_dict
+from ..common.onnx_graph import OnnxModule, OnnxRuntimeError
+from ..common.onnx_reader import OnnxFormatError, read_model
+from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
+from .flow import Flow, FlowConfig
+from .hift import HiFT, HiFTConfig
+from .lm import CosyVoiceLM, LMConfig, Qwen2Config
+
+QWEN_DIR = "CosyVoice-BlankEN"
+# The text lm_head of upstream's Qwen2ForCausalLM (tied to embed_tokens); TTS never uses it.
+UNUSED_LM_KEYS = ("llm.model.lm_head.weight",)
+
+
+def yaml_path(folder: Path) -> Path | None:
+    for name in ("cosyvoice3.yaml", "cosyvoice2.yaml"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def required_files(folder: Path, version: int) -> list[str]:
+    return ["llm.pt", "flow.pt", "hift.pt", "campplus.onnx", f"speech_tokenizer_v{version}.onnx",
+            f"{QWEN_DIR}/config.json", f"{QWEN_DIR}/vocab.json", f"{QWEN_DIR}/merges.txt"]
+
+
+def is_model_folder(folder: Path) -> bool:
+    y = yaml_path(folder)
+    if y is None:
+        return False
+    version = 3 if y.name == "cosyvoice3.yaml" else 2
+    return all((folder / f).is_file() for f in required_files(folder, version))
+
+
+def read_state(path: Path) -> dict[str, torch.Tensor]:
+    """A pickled state dict, through torch.load(weights_only=True) only (nodes/common/checkpoint.py)."""
+    if not path.is_file():
+        raise ModelFolderError(f"CosyVoice: {path} not found")
+    return state_dict(load_pickle(path), path)
+
+
+def fold_weight_norm(state: dict[str, torch.Tensor], path: Path,
+                     wide: Callable[[str], bool] = lambda key: False) -> dict[str, torch.Tensor]:
+    """Replace weight-norm pairs by the weight upstream computes from them (`torch._weight_norm(v, g, 0)`).
+
+    Both key styles: `X.parametrizations.weight.original0/1` (g, v) and the old `X.weight_g/_v`. Keys for
+    which `wide(key)` holds are folded in float64 (v3's f0 predictor runs in float64 upstream)."""
+    out: dict[str, torch.Tensor] = {}
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        for g_suffix, v_suffix in ((".parametrizations.weight.original0", ".parametrizations.weight.original1"),
+                                   (".weight_g", ".weight_v")):
+            if key.endswith(g_suffix):
+                pairs.setdefault(key[: -len(g_suffix)], {})["g"] = value
+                break
+            if key.endswith(v_suffix):
+                pairs.setdefault(key[: -len(v_suffix)], {})["v"] = value
+                break
+        else:
+            out[key] = value
+    for base, gv in pairs.items():
+        if set(gv) != {"g", "v"}:
+            raise CheckpointError(f"CosyVoice: {path}: weight norm of {base!r} has only {sorted(gv)}")
+        g, v = gv["g"], gv["v"]
+        if wide(base):
+            g, v = g.double(), v.double()
+        out[f"{base}.weight"] = torch._weight_norm(v, g, 0)
+    return out
+
+
+def keep_dtype(module: nn.Module, prefix: str, state: dict[str, torch.Tensor]) -> None:
+    """Put back, in the file's own dtype, the tensors under `prefix` that upstream never casts (v3's float64
+    f0 predictor, the DiT's float32 RoPE frequencies), after the rest was loaded in the requested dtype."""
+    sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    module.get_submodule(prefix.rstrip(".")).load_state_dict(sub, strict=True, assign=True)
+
+
+def qwen2_config(folder: Path) -> Qwen2Config:
+    path = folder / QWEN_DIR / "config.json"
+    if not path.is_file():
+        raise ModelFolderError(f"CosyVoice: {path} not found")
+    try:
+        return Qwen2Config.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"CosyVoice: {path} is not a Qwen2 config: {e}") from None
+
+
+class SpeechTokenizer(nn.Module):
+    """speech_tokenizer_v2/v3.onnx run as a torch module: Whisper log-mel [1, 128, T] -> S3 tokens [1, T/4]."""
+
+    def __init__(self, graph: OnnxModule) -> None:
+        super().__init__()
+        self.graph = graph
+        convs = [graph.weights[graph._keys[n.inputs[1]]] for n in graph.nodes
+                 if n.op_type == "Conv" and n.inputs[1] in graph._keys and graph._keys[n.inputs[1]] in graph.weights]
+        self.width = int(convs[0].shape[0]) if convs else 1280
+        self.heads = max(1, self.width // 64)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        length = torch.tensor([mel.shape[2]], dtype=torch.int32, device=mel.device)
+        return self.graph(mel.float(), length)[0].long()
+
+
+class CampPlus(nn.Module):
+    """campplus.onnx run as a torch module: mean-normalised Kaldi fbank [1, T, 80] -> x-vector [1, 192]."""
+
+    def __init__(self, graph: OnnxModule) -> None:
+        super().__init__()
+        self.graph = graph
+
+    def forward(self, fbank: torch.Tensor) -> torch.Tensor:
+        return self.graph(fbank.float())[0]
+
+
+def read_onnx(path: Path) -> OnnxModule:
+    if not path.is_file():
+        raise ModelFolderError(f"CosyVoice: {path} not found")
+    try:
+        return OnnxModule(read_model(path), what=str(path)).eval()
+    except (OnnxFormatError, OnnxRuntimeError) as e:
+        raise CheckpointError(f"CosyVoice: {path} cannot be used: {e}") from None
+
+
+@dataclass
+class CosyVoiceBundle:
+    folder: Path
+    version: int
+    lm_config: LMConfig
+    flow_config: FlowConfig
+    hift_config: HiFTConfig
+    llm: CosyVoiceLM
+    flow: Flow
+    hift: HiFT
+    speech_tokenizer: SpeechTokenizer | None = None
+    campplus: CampPlus | None = None
+    feat_params: dict[str, Any] = field(default_factory=dict)
+    speakers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+def read_configs(folder: Path) -> tuple[int, LMConfig, FlowConfig, HiFTConfig, dict[str, Any]]:
+    y = yaml_path(folder)
+    if y is None:
+        raise ModelFolderError(f"CosyVoice: {folder} has no cosyvoice2.yaml or cosyvoice3.yaml")
+    data = read_hyperpyyaml(y)
+    version = version_of(y, data)
+    lm = lm_fields(y, data)
+    qwen = qwen2_config(folder)
+    if lm["llm_input_size"] != qwen.hidden_size:
+        raise CheckpointError(f"CosyVoice: {y}: field llm.llm_input_size = {lm['llm_input_size']} but "
+                              f"{folder / QWEN_DIR / 'config.json'} has hidden_size {qwen.hidden_size}")
+    lm_config = LMConfig(version=version, speech_token_size=lm["speech_token_size"], qwen=qwen, top_p=lm["top_p"],
+                         top_k=lm["top_k"], win_size=lm["win_size"], tau_r=lm["tau_r"])
+    return version, lm_config, flow_config(y, data, version), hift_config(y, data), feat_params(y, data)
+
+
+def read_speakers(path: Path) -> dict[str, dict[str, torch.Tensor]]:
+    if not path.is_file():
+        return {}
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointError(f"CosyVoice: {path} could not be read as a weights-only file: {e}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise CheckpointError(f"CosyVoice: {path} does not hold speaker -> feature dicts")
+    return {str(k): v for k, v in data.items()}
+
+
+def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> CosyVoiceBundle:
+    """The LM, flow and vocoder of a model folder in `dtype` (the v3 f0 predictor stays float64)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFolderError(f"CosyVoice: model folder {folder} not found")
+    version, lm_config, fc, hc, feats = read_configs(folder)
+    missing = [f for f in required_files(folder, version) if not (folder / f).is_file()]
+    if missing:
+        raise ModelFolderError(f"CosyVoice: {folder} is missing {', '.join(missing)} (expected the upstream layout "
+                               f"of a CosyVoice {version} repository)")
+    lm_path = folder / "llm.pt"
+    lm_state = {k: v for k, v in read_state(lm_path).items() if k not in UNUSED_LM_KEYS}
+    llm = load_module_from_state(lambda: CosyVoiceLM(lm_config), lm_state, dtype, source=lm_path).eval()
+    flow_path = folder / "flow.pt"
+    flow_state = read_state(flow_path)
+    flow = load_module_from_state(lambda: Flow(fc), flow_state, dtype, source=flow_path).eval()
+    if version == 3:
+        keep_dtype(flow, "decoder.estimator.rotary_embed.", flow_state)
+    hift_path = folder / "hift.pt"
+    hift_state = {k.replace("generator.", ""): v for k, v in read_state(hift_path).items()}
+    hift_state = fold_weight_norm(hift_state, hift_path, wide=lambda k: hc.causal and k.startswith("f0_predictor."))
+    if hc.causal:   # upstream moves the causal f0 predictor to float64 before use
+        hift_state = {k: v.double() if k.startswith("f0_predictor.") else v for k, v in hift_state.items()}
+    hift = load_module_from_state(lambda: HiFT(hc), hift_state, dtype, source=hift_path).eval()
+    if hc.causal:
+        keep_dtype(hift, "f0_predictor.", hift_state)
+    tokenizer = SpeechTokenizer(read_onnx(folder / f"speech_tokenizer_v{version}.onnx"))
+    campplus = CampPlus(read_onnx(folder / "campplus.onnx"))
+    return CosyVoiceBundle(folder, version, lm_config, fc, hc, llm, flow, hift, tokenizer, campplus, feats,
+                           read_speakers(folder / "spk2info.pt"))

@@ -1,0 +1,289 @@
+"""CosyVoice 2 / 3 on the runtime: five components, four phases per chunk.
+
+    engine = CosyVoiceEngine(load_cosyvoice(folder), manager, device="cuda")
+    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per sentence chunk
+
+Phases:
+- "prompt" (oneshot, once per request; the result is kept in `chunk.cache`): the reference's S3 speech
+  tokens (Whisper log-mel at 16 kHz), its CAM++ x-vector (Kaldi fbank at 16 kHz) and its 80-bin mel at
+  24 kHz (the flow's prompt); tokens and mel are cut to a 1:2 ratio as upstream does.
+- "llm" (sequence): Qwen2 over [sos, prompt text + text, task, prompt speech tokens], RAS sampling from
+  the request's generator; the 151936-row text embedding stays on the CPU (only looked-up rows move).
+- "flow" (oneshot, the estimator marked hot: it runs 2 x 10 times per chunk): tokens -> mel.
+- "vocoder" (oneshot): HiFT, mel -> 24 kHz waveform.
+
+Modes (upstream's names): a reference with its transcript is zero-shot cloning; a reference without a
+transcript is cross-lingual (the LM gets no prompt, the flow still clones the voice); an instruction with
+a reference is `instruct2` (the instruction replaces the transcript in the LM prompt); a built-in voice
+from spk2info.pt is `sft` (or zero-shot when the entry carries a prompt). CosyVoice 3 needs
+`<|endofprompt|>` in the LM text: its system prompt is added the way upstream's examples write it.
+Estimates come from the request (text tokens, reference seconds, mel frames).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
+from ...runtime.lm.cache import peak_bytes
+from ..common.audio import resample
+from ..common.engine import Capabilities, Chunk, Engine
+from ..common.transformer import kv_position_bytes
+from .frontend import (ENDOFPROMPT, V3_SYSTEM, TextTokenizer, kaldi_fbank, matcha_mel, normalize_text,
+                       only_punctuation, whisper_log_mel)
+from .loader import QWEN_DIR, CosyVoiceBundle
+from ..common.sampling import ras_sample
+
+SAMPLE_RATE = 24000
+MAX_TOKEN_TEXT_RATIO, MIN_TOKEN_TEXT_RATIO = 20.0, 2.0
+SILENT_TOKENS_V3 = frozenset((1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323))
+MAX_SILENT = 5          # v3: longer runs of silent/breath tokens are dropped (upstream llm_job)
+MB = 1 << 20
+
+
+class CosyVoiceEngine(Engine):
+    engine_id = "cosyvoice"
+    capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto",), cloning="optional",
+                                transcript="optional", instruction=True, speed=(0.5, 2.0), max_chunk_chars=200,
+                                reference_seconds=(0.5, 30.0), resampler="torchaudio_sinc")
+    PHASED = True
+
+    def __init__(self, bundle: CosyVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
+                 name: str | None = None, min_unit_bytes: int | None = None) -> None:
+        self.bundle = bundle
+        voices = tuple(sorted(bundle.speakers))
+        self.capabilities = replace(type(self).capabilities, voices=voices,
+                                    cloning="optional" if voices else "required")
+        DeviceService.pin_to_cpu(bundle.llm.decoder.embed_tokens)
+        unit = {"min_unit_bytes": min_unit_bytes}
+        llm = ModelHandle(bundle.llm, name="llm", kind="sequence", **unit)
+        flow = ModelHandle(bundle.flow, name="flow", kind="oneshot", **unit)
+        flow.mark(bundle.flow.decoder.estimator, "hot")     # 2 x 10 estimator calls per chunk
+        hift = ModelHandle(bundle.hift, name="vocoder", kind="oneshot", **unit)
+        handles = [llm, flow, hift]
+        self.prompt_handles: list[ModelHandle] = []
+        for module, label in ((bundle.speech_tokenizer, "speech tokenizer"), (bundle.campplus, "speaker encoder")):
+            if module is not None:
+                self.prompt_handles.append(ModelHandle(module, name=label, kind="oneshot", **unit))
+        super().__init__(manager, handles + self.prompt_handles, device, name)
+        self.llm_handle, self.flow_handle, self.hift_handle = llm, flow, hift
+        self._tokenizer: TextTokenizer | None = None
+
+    @property
+    def version(self) -> int:
+        return self.bundle.version
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = TextTokenizer(self.bundle.folder / QWEN_DIR, self.version)
+        return self._tokenizer
+
+    def ids(self, text: str) -> Tensor:
+        return torch.tensor([self.tokenizer.encode(text)], dtype=torch.long)
+
+    # ---- estimates ------------------------------------------------------------------------------------------
+    def prompt_memory(self, seconds: float) -> int:
+        """S3 tokenizer (Whisper-style encoder over 25 Hz positions) and CAM++ (2-D convs over the fbank)."""
+        frames = int(seconds * 100) + 1
+        positions = frames // 4 + 1
+        tok = self.bundle.speech_tokenizer
+        width = tok.width if tok is not None else 1280
+        heads = tok.heads if tok is not None else 20
+        encoder = positions * width * 4 * 8 + heads * positions * positions * 4 * 3
+        campplus = frames * 80 * 32 * 4 * 6 + frames * 512 * 4 * 8
+        return encoder + campplus + 128 * frames * 4 * 4 + MB
+
+    def llm_memory(self, prompt_tokens: int, text_tokens: int) -> int:
+        q = self.bundle.lm_config.qwen
+        dtype = next(self.bundle.llm.llm_decoder.parameters()).dtype
+        size = torch.empty((), dtype=dtype).element_size()
+        positions = prompt_tokens + int(text_tokens * MAX_TOKEN_TEXT_RATIO)
+        kv = peak_bytes(kv_position_bytes(q.num_key_value_heads, q.head_dim, dtype), q.num_hidden_layers, positions)
+        prefill = prompt_tokens * (q.intermediate_size * 3 + q.hidden_size * 6) * size
+        scores = q.num_attention_heads * prompt_tokens * prompt_tokens * 4
+        logits = self.bundle.llm.llm_decoder.out_features * 4 * 4
+        return kv + prefill + scores + logits + MB
+
+    def flow_memory(self, frames: int) -> int:
+        """Batch of 2 through the estimator at `frames` mel frames (plus the encoder once)."""
+        c = self.bundle.flow_config
+        if c.version == 2:
+            width = max(max(c.channels) * 4, c.in_channels) * 2
+            heads = c.num_heads
+            encoder = frames * c.encoder_units * 4 * 4 + c.encoder_heads * frames * frames * 2 * 4 * 3
+        else:
+            width = c.dit_dim * max(c.dit_ff_mult, 3) * 2
+            heads = c.dit_heads
+            encoder = frames * c.pre_lookahead_channels * 4 * 2
+        estimator = 2 * frames * width * 4 * 6 + 2 * heads * frames * frames * 4 * 2
+        return encoder + estimator + 80 * 15000 * 4 + MB
+
+    def vocoder_memory(self, frames: int) -> int:
+        h = self.bundle.hift_config
+        samples = frames * h.upsample_scale
+        t, ch, widest = frames, h.base_channels, h.base_channels * frames
+        for r in h.upsample_rates:
+            t *= r
+            ch //= 2
+            widest = max(widest, ch * t)
+        source = samples * (h.nb_harmonics + 1) * 4 * 8
+        return widest * 4 * 8 + source + (h.n_fft + 2) * (samples // h.hop_len + 1) * 4 * 4 + MB
+
+    # ---- phases ---------------------------------------------------------------------------------------------
+    def prompt(self, ctx: RequestContext, wav: Tensor, sample_rate: int) -> dict[str, Tensor]:
+        """Reference -> speech tokens [1, N], prompt mel [1, 2N, 80], x-vector [1, 192] (the "prompt" phase)."""
+        b = self.bundle
+        if b.speech_tokenizer is None or b.campplus is None:
+            raise ValueError(f"CosyVoice: cloning needs campplus.onnx and speech_tokenizer_v{self.version}.onnx "
+                             f"in {b.folder}")
+        wav = wav.float()
+        # upstream's load_wav: torchaudio's sinc resampler from the file's rate to each model's rate
+        wav16 = resample(wav, sample_rate, 16000, self.capabilities.resampler)
+        wav24 = resample(wav, sample_rate, SAMPLE_RATE, self.capabilities.resampler)
+        if wav16.numel() / 16000 > 30:
+            raise ValueError("CosyVoice: the reference is longer than 30 s; upstream's speech tokenizer takes at most 30 s")
+
+        def run() -> dict[str, Tensor]:
+            with torch.inference_mode():
+                dev = self.prompt_handles[0].device
+                mel = whisper_log_mel(wav16)
+                tokens = b.speech_tokenizer(mel[None].to(dev)).cpu()
+                fbank = kaldi_fbank(wav16)
+                fbank = fbank - fbank.mean(dim=0, keepdim=True)
+                embedding = b.campplus(fbank[None].to(dev)).float().cpu()
+                feat = matcha_mel(wav24, **b.feat_params).transpose(0, 1)[None]
+                n = min(feat.shape[1] // 2, tokens.shape[1])
+                return {"speech_tokens": tokens[:, :n].long(), "speech_feat": feat[:, :2 * n].float(),
+                        "embedding": embedding}
+
+        return ctx.run("prompt", self.prompt_handles, run, memory=self.prompt_memory(wav16.numel() / 16000))
+
+    def speech_tokens(self, ctx: RequestContext, text: Tensor, prompt_text: Tensor, prompt_speech: Tensor,
+                      progress: Any = None) -> list[int]:
+        c = self.bundle.lm_config
+        llm = self.bundle.llm
+
+        def step(done: int, total: int) -> None:
+            ctx.check_cancelled()
+            if progress is not None:
+                progress(done, total)
+
+        def run() -> list[int]:
+            dev = self.llm_handle.device
+            g = ctx.generator
+            return llm.generate(text.to(dev), prompt_text.to(dev), prompt_speech.to(dev),
+                                lambda logp, done: ras_sample(logp, done, g, top_p=c.top_p, top_k=c.top_k,
+                                                              win_size=c.win_size, tau_r=c.tau_r),
+                                min_ratio=MIN_TOKEN_TEXT_RATIO, max_ratio=MAX_TOKEN_TEXT_RATIO,
+                                endofprompt=self.tokenizer.token_id(ENDOFPROMPT), on_token=step)
+
+        prompt_len = 2 + text.shape[1] + prompt_text.shape[1] + prompt_speech.shape[1]
+        tokens = ctx.run("llm", [self.llm_handle], run, memory=self.llm_memory(prompt_len, text.shape[1]),
+                         generators=(ctx.generator,))
+        if self.version == 3:
+            tokens = drop_long_silences(tokens)
+        return tokens
+
+    def mel(self, ctx: RequestContext, tokens: list[int], prompt_tokens: Tensor, prompt_feat: Tensor,
+            embedding: Tensor, seed: int) -> Tensor:
+        flow = self.bundle.flow
+
+        def run() -> Tensor:
+            dev = self.flow_handle.device
+            dtype = next(flow.decoder.parameters()).dtype
+            with torch.inference_mode():
+                mel = flow.mel(torch.tensor([tokens], device=dev), prompt_tokens.to(dev),
+                               prompt_feat.to(dev, dtype), embedding.to(dev, dtype),
+                               torch.Generator().manual_seed(seed), callback=lambda *_: ctx.check_cancelled())
+            return mel.float().cpu()
+
+        frames = (prompt_tokens.shape[1] + len(tokens)) * self.bundle.flow_config.token_mel_ratio
+        return ctx.run("flow", [self.flow_handle], run, memory=self.flow_memory(frames))
+
+    def vocode(self, ctx: RequestContext, mel: Tensor, seed: int) -> Tensor:
+        hift = self.bundle.hift
+
+        def run() -> Tensor:
+            dev = self.hift_handle.device
+            dtype = hift.conv_pre.weight.dtype
+            with torch.inference_mode():
+                return hift(mel.to(dev, dtype), torch.Generator().manual_seed(seed)).float().cpu()[0]
+
+        return ctx.run("vocoder", [self.hift_handle], run, memory=self.vocoder_memory(mel.shape[2]))
+
+    # ---- one chunk -------------------------------------------------------------------------------------------
+    def llm_texts(self, chunk: Chunk, has_prompt_speech: bool) -> tuple[str, str, bool]:
+        """(text, prompt text, use the prompt's speech tokens in the LM) for the chunk's mode."""
+        text = normalize_text(chunk.text)
+        v3 = self.version == 3
+        if chunk.instruction:
+            instruction = chunk.instruction.strip()
+            if ENDOFPROMPT not in instruction:
+                instruction = (f"{V3_SYSTEM} {instruction}" if v3 else instruction) + ENDOFPROMPT
+            return text, instruction, False
+        if chunk.reference_text and has_prompt_speech:
+            transcript = normalize_text(chunk.reference_text)
+            if v3 and ENDOFPROMPT not in transcript:
+                transcript = f"{V3_SYSTEM}{ENDOFPROMPT}{transcript}"
+            return text, transcript, True
+        if v3 and ENDOFPROMPT not in text:
+            text = f"{V3_SYSTEM}{ENDOFPROMPT}{text}"
+        return text, "", False
+
+    def voice_prompt(self, ctx: RequestContext, chunk: Chunk) -> dict[str, Tensor]:
+        if chunk.reference is not None:
+            if "prompt" not in chunk.cache:
+                chunk.cache["prompt"] = self.prompt(ctx, chunk.reference.wav, chunk.reference.sample_rate)
+            return chunk.cache["prompt"]
+        if chunk.voice is None:
+            raise ValueError("CosyVoice: give reference audio or a voice")
+        name = next(k for k in self.bundle.speakers if k.lower() == chunk.voice.lower())   # checked by the pipeline
+        info = self.bundle.speakers[name]
+        out = {"embedding": info.get("flow_embedding", info.get("embedding")).reshape(1, -1).float()}
+        if "flow_prompt_speech_token" in info and "prompt_speech_feat" in info:
+            out["speech_tokens"] = info["flow_prompt_speech_token"].reshape(1, -1).long()
+            out["speech_feat"] = info["prompt_speech_feat"].reshape(1, -1, 80).float()
+            if "prompt_text" in info and "llm_prompt_speech_token" in info:
+                out["prompt_text_ids"] = info["prompt_text"].reshape(1, -1).long()
+        else:
+            out["speech_tokens"] = torch.zeros(1, 0, dtype=torch.long)
+            out["speech_feat"] = torch.zeros(1, 0, 80)
+        return out
+
+    def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        prompt = self.voice_prompt(ctx, chunk)
+        if only_punctuation(normalize_text(chunk.text)):
+            return torch.zeros(0)          # upstream drops chunks that are only punctuation
+        text, prompt_text, use_speech = self.llm_texts(chunk, chunk.reference is not None)
+        text_ids = self.ids(text)
+        prompt_ids = self.ids(prompt_text) if prompt_text else torch.zeros(1, 0, dtype=torch.long)
+        if "prompt_text_ids" in prompt and not chunk.instruction:
+            prompt_ids, use_speech = prompt["prompt_text_ids"], True       # a zero-shot speaker of spk2info.pt
+        speech = prompt["speech_tokens"] if use_speech else torch.zeros(1, 0, dtype=torch.long)
+        tokens = self.speech_tokens(ctx, text_ids, prompt_ids, speech, chunk.progress)
+        if not tokens:
+            return torch.zeros(0)
+        mel = self.mel(ctx, tokens, prompt["speech_tokens"], prompt["speech_feat"], prompt["embedding"], chunk.seed)
+        if chunk.speed != 1.0:
+            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / chunk.speed)), mode="linear")
+        return self.vocode(ctx, mel, chunk.seed)
+
+
+def drop_long_silences(tokens: list[int]) -> list[int]:
+    """Upstream CosyVoice 3: after 5 consecutive silent/breath tokens, further ones are dropped."""
+    out, run = [], 0
+    for t in tokens:
+        if t in SILENT_TOKENS_V3:
+            run += 1
+            if run > MAX_SILENT:
+                continue
+        else:
+            run = 0
+        out.append(t)
+    return out
+
