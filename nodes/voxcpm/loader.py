@@ -11,7 +11,6 @@ The AudioVAE runs in float32 whatever the model's dtype, as upstream's does.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,12 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, load_module, load_module_from_state
-from ..common.checkpoint import load_pickle, state_dict
+from ..common.checkpoint import ModelFolderError, load_pickle, read_json, state_dict
 from .audiovae import AudioVAE, AudioVAEConfig
 from .model import ConfigError, VoxCPM2, VoxCPMConfig
 
 REQUIRED = ("config.json", "model.safetensors", "tokenizer.json")
 VAE_FILES = ("audiovae.safetensors", "audiovae.pth")   # upstream's order of preference
-
-
-class ModelFolderError(FileNotFoundError):
-    """A folder that is not a complete VoxCPM 2 model."""
 
 
 def vae_file(folder: Path) -> Path | None:
@@ -40,14 +35,9 @@ def is_model_folder(folder: Path) -> bool:
 
 
 def read_config(path: Path) -> tuple[VoxCPMConfig, AudioVAEConfig]:
-    if not path.is_file():
-        raise ModelFolderError(f"VoxCPM: {path} not found")
+    data = read_json(path, "VoxCPM")
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"VoxCPM: {path} is not valid JSON ({e}); the download is incomplete or corrupt") from None
-    try:
-        if isinstance(data, dict) and data.get("architecture", "voxcpm2") != "voxcpm2":
+        if data.get("architecture", "voxcpm2") != "voxcpm2":
             raise ConfigError(f"architecture: {data['architecture']!r} is not VoxCPM 2 (expected 'voxcpm2')")
         config = VoxCPMConfig.from_dict(data)
         if config.cfm.mean_mode:
