@@ -138,3 +138,19 @@ def steps_of(method: str, steps: int) -> int:
 
 __all__ = ["EPSS_GRIDS", "extrapolate", "guided", "mix", "noise", "solve", "steps_of", "sway_sampling",
            "time_grid"]
+
+
+# ---- appended by the VoxCPM 2 engine -------------------------------------------------------------------------
+
+
+def cfg_zero_star(cond: Tensor, uncond: Tensor, strength: float) -> Tensor:
+    """CFG-Zero* (VoxCPM's UnifiedCFM), a `guided` combine: the unconditional velocity scaled by its
+    least-squares projection on the conditional one, s = <cond, uncond> / (|uncond|^2 + 1e-8) per batch row,
+    then uncond * s + strength * (cond - uncond * s)."""
+    b = cond.shape[0]
+    dot = torch.sum(cond.view(b, -1) * uncond.view(b, -1), dim=1, keepdim=True)
+    scale = (dot / (torch.sum(uncond.view(b, -1) ** 2, dim=1, keepdim=True) + 1e-8)).view(b, *[1] * (cond.dim() - 1))
+    return uncond * scale + strength * (cond - uncond * scale)
+
+
+__all__ += ["cfg_zero_star"]

@@ -14,6 +14,8 @@ such as OmniVoice's backbone: every position sees every unpadded one).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -218,3 +220,62 @@ def apply_interleaved_rotary(x: Tensor, table: Tensor) -> Tensor:
     out = torch.stack([xs[..., 0] * t[..., 0] - xs[..., 1] * t[..., 1],
                        xs[..., 1] * t[..., 0] + xs[..., 0] * t[..., 1]], -1)
     return out.flatten(3).type_as(x)
+
+
+class LongRoPE(nn.Module):
+    """"longrope" scaling (MiniCPM-4, Phi-3): per-frequency divisors and one attention factor.
+
+    The divisors are `long_factor` when the model's context (`max_positions`) exceeds the
+    pre-training one (`original_max_positions`), else `short_factor`: one set for every position, as
+    MiniCPM-4 builds its table once for the whole context. cos/sin are scaled by
+    sqrt(1 + ln(max / original) / ln(original)) and computed in float32 in MiniCPM's order of
+    operations ((position * (1 / factor)) * inv_freq), so they equal a table read at those positions.
+    """
+
+    def __init__(self, head_dim: int, theta: float, short_factor: list[float], long_factor: list[float],
+                 original_max_positions: int, max_positions: int) -> None:
+        super().__init__()
+        for name, factors in (("short_factor", short_factor), ("long_factor", long_factor)):
+            if len(factors) != head_dim // 2:
+                raise ValueError(f"rope_scaling.{name}: expected {head_dim // 2} values (head_dim / 2), "
+                                 f"got {len(factors)}")
+        if original_max_positions <= 1 or max_positions <= 0:
+            raise ValueError("rope_scaling.original_max_position_embeddings and max_position_embeddings must be "
+                             f"positive (got {original_max_positions}, {max_positions})")
+        factors = long_factor if max_positions > original_max_positions else short_factor
+        # Plain attributes, not buffers (as RotaryEmbedding): float32 whatever the model's dtype.
+        self.divisor = 1.0 / torch.tensor(factors, dtype=torch.float32)
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.attention_factor = math.sqrt(1 + math.log(max_positions / original_max_positions)
+                                          / math.log(original_max_positions))
+
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        if positions.dim() == 1:
+            positions = positions[None]
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+            self.divisor = self.divisor.to(positions.device)
+        freqs = (positions.float()[..., None] * self.divisor) * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_factor).to(dtype), (emb.sin() * self.attention_factor).to(dtype)
+
+
+def rotary_embedding(rope_scaling: dict | None, head_dim: int, theta: float,
+                     max_positions: int | None = None) -> RotaryEmbedding | LongRoPE:
+    """The RoPE a config's `rope_scaling` asks for: none / "default" -> RotaryEmbedding, "longrope" ->
+    LongRoPE. Any other type is refused: silently ignoring a scaling would change every position."""
+    if rope_scaling is None:
+        return RotaryEmbedding(head_dim, theta)
+    if not isinstance(rope_scaling, dict):
+        raise ValueError(f"rope_scaling: expected an object or null, got {type(rope_scaling).__name__}")
+    kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
+    if kind == "default":
+        return RotaryEmbedding(head_dim, theta)
+    if kind == "longrope":
+        missing = [k for k in ("short_factor", "long_factor", "original_max_position_embeddings")
+                   if k not in rope_scaling]
+        if missing or max_positions is None:
+            raise ValueError(f"rope_scaling (longrope): missing {', '.join(missing or ['max_position_embeddings'])}")
+        return LongRoPE(head_dim, theta, list(rope_scaling["short_factor"]), list(rope_scaling["long_factor"]),
+                        int(rope_scaling["original_max_position_embeddings"]), int(max_positions))
+    raise ValueError(f"rope_scaling: unsupported RoPE type {kind!r}; supported: default, longrope")
