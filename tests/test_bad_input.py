@@ -294,3 +294,19 @@ def test_fuzzed_speak_inputs_raise_only_ordinary_errors_and_leave_the_next_reque
         assert time.monotonic() - t < 20
     assert errors.get("ValueError", 0) > 100
     assert torch.equal(speak(hibari, text="Clean run.", seed=5), clean)
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size", -128), ("num_attention_heads", 0),
+                                          ("hidden_size", 10**7), ("num_hidden_layers", 100_000)])
+def test_absurd_config_sizes_are_refused_before_any_module_is_built(tmp_path, field, value):
+    from mizuoto.nodes.qwen3_tts.loader import load_qwen3_tts
+    from qwen3_tts.tiny import write_tiny_checkpoint
+    folder = write_tiny_checkpoint(tmp_path / "tiny", "custom_voice", seed=1)
+    config = json.loads((folder / "config.json").read_text())
+    config["talker_config"][field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    t = time.monotonic()
+    with pytest.raises((CheckpointError, TypeError, ValueError)) as e:
+        load_qwen3_tts(folder, torch.float32)
+    assert "config.json" in str(e.value) and field in str(e.value)
+    assert time.monotonic() - t < 10

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -80,4 +81,30 @@ def read_json(path: str | os.PathLike, engine: str) -> dict[str, Any]:
                               f"download is incomplete or corrupt") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{engine}: {path} does not hold a JSON object")
+    check_sizes(data, path, engine)
     return data
+
+
+# Config fields that size modules: a negative, zero or absurd value must be refused before any module is
+# built (a 10^7-wide layer or 100 000 layers would be tried for minutes, or allocated).
+_SIZE_FIELD = re.compile(r"(^|_)(dim|size|hidden|depth|heads?|layers?|channels|experts|codebooks?|groups)(_|$)|^n_")
+_COUNT_FIELD = re.compile(r"(depth|heads?|layers?|experts|codebooks?|groups)")
+MAX_WIDTH = 1 << 20
+MAX_COUNT = 4096
+
+
+def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "") -> None:
+    """Every integer field named like a size (hidden_size, num_attention_heads, n_layer, head_dim, ...) is
+    in [1, MAX_WIDTH] ([1, MAX_COUNT] for counts); a CheckpointError names the file and the field."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, (dict, list)):
+            check_sizes(value, path, engine, name)
+            continue
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, int) \
+                or not _SIZE_FIELD.search(key.lower()):
+            continue                                    # flags such as scale_codebook_embeddings are not sizes
+        high = MAX_COUNT if _COUNT_FIELD.search(key.lower()) else MAX_WIDTH
+        if not 1 <= value <= high:
+            raise CheckpointError(f"{engine}: {path}: {name} = {value}; expected an integer from 1 to {high}")

@@ -43,13 +43,20 @@ class HuggingFaceSource:
     def files(self, repo: str) -> list[RemoteFile]:
         from huggingface_hub import HfApi
 
-        info = HfApi().model_info(repo, files_metadata=True)
+        try:
+            info = HfApi().model_info(repo, files_metadata=True)
+        except Exception as e:  # network, authentication (gated repositories), missing repository
+            raise DownloadError(f"Hugging Face repository {repo!r} could not be listed "
+                                f"({type(e).__name__}: {str(e)[:200]})") from None
         return [RemoteFile(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else None) for s in info.siblings]
 
     def fetch(self, repo: str, name: str, dest: Path, progress: Callable[[int], None]) -> None:
         from huggingface_hub import hf_hub_download
 
-        path = Path(hf_hub_download(repo, name, local_dir=dest.parent.parent / ".hf-cache"))
+        try:
+            path = Path(hf_hub_download(repo, name, local_dir=dest.parent.parent / ".hf-cache"))
+        except Exception as e:
+            raise DownloadError(f"{repo}/{name} could not be downloaded ({type(e).__name__}: {str(e)[:200]})") from None
         shutil.move(str(path), dest)
         progress(dest.stat().st_size)
 

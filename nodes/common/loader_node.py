@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import folders
-from .download import HuggingFaceSource, LocalSource, download_model, download_plan
+from .download import DownloadError, HuggingFaceSource, LocalSource, download_model, download_plan
 from .pack_runtime import get_runtime
 from .pipeline import LoadedModel
 from .registry import PRECISIONS, EngineSpec, LoadRequest
@@ -51,7 +51,12 @@ def model_folder(spec: EngineSpec, name: str, progress: Callable[[int, int], Non
     dest = folders.roots()[0] / spec.engine_id / name
     dest.parent.mkdir(parents=True, exist_ok=True)
     source = hub_source()
-    return download_model(download_plan(spec.models[name], source), dest, source, progress, what=name)
+    try:
+        return download_model(download_plan(spec.models[name], source), dest, source, progress, what=name)
+    except DownloadError as e:
+        repos = ", ".join(d.repo for d in spec.models[name])
+        raise DownloadError(f"model {name!r} is not in {dest} and could not be downloaded: {e}. To install it "
+                            f"by hand, put the files of {repos} into {dest}") from None
 
 
 def check_choice(name: str, value: object, choices: list[str]) -> None:

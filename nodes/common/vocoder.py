@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .checkpoint import check_sizes, load_pickle, state_dict
+
 # ---- mel features (torchaudio's MelSpectrogram) ------------------------------------------------------
 
 
@@ -317,6 +319,7 @@ class VocosConfig:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
             raise VocosConfigError(f"{path}: not valid YAML ({e})") from None
+        check_sizes(data, path, "Vocos")
         return cls.from_dict(data, str(path))
 
 
@@ -348,7 +351,6 @@ def load_vocos(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) ->
     """A Vocos model folder in the upstream layout (`config.yaml` + `pytorch_model.bin`, a pickle read
     with `torch.load(weights_only=True)`), loaded strictly, in eval mode on the CPU."""
     from ...runtime.loading import load_module_from_state
-    from .checkpoint import load_pickle, state_dict
     folder = Path(folder)
     cfg = VocosConfig.from_yaml(folder / "config.yaml")
     weights = folder / "pytorch_model.bin"

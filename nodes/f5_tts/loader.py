@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, load_module, read_safetensors_header
+from ..common.checkpoint import check_sizes
 from ..common.vocoder import MelSpectrogramFeatures, Vocos, load_vocos
 from .model import DiT, DiTConfig, F5Checkpoint
 from .text import F5Tokenizer
@@ -98,6 +99,7 @@ def read_config(folder: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise CheckpointError(f"{path}: not valid YAML ({e})") from None
+    check_sizes(data, path, "F5-TTS")
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict) or not isinstance(model.get("arch"), dict):
         raise CheckpointError(f"{path}: expected upstream's training config with a model.arch mapping")

@@ -11,7 +11,6 @@ match the modules exactly (missing, unexpected or mis-shaped keys are a Checkpoi
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ...runtime.loading import CheckpointError, load_module_from_state
+from ..common import checkpoint
 from ..common.checkpoint import load_pickle, state_dict
 from ..common.dac import fold_weight_norm
 from .codec import CodecConfig, FishCodec
@@ -39,13 +39,7 @@ def is_model_folder(folder: Path) -> bool:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"Fish Speech: {path} is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"Fish Speech: {path} does not hold a JSON object")
-    return data
+    return checkpoint.read_json(path, "Fish Speech")
 
 
 def read_state(path: Path) -> dict[str, Tensor]:

@@ -6,6 +6,13 @@ exactly what ComfyUI itself saves. `speak_and_preview.api.json` is the frontend'
 `app.graphToPrompt()` of the same graph. Thumbnails are screenshots of each workflow loaded in the
 UI (focus mode, fitted to the view), scaled to 512x512 JPEG like the core templates' thumbnails.
 
+Workflows written by hand (every other example_workflows/*.json, e.g. one per engine) are checked
+and get their thumbnails too: each is loaded into the frontend, its node types must exist in
+/object_info, its links must be consistent, every widget value must be valid for its widget (combo
+values among the choices, e.g. a loader's model among its known models; `widgets_values_named`, when
+present, naming the same values) and its links must survive the load; the file is then rewritten
+as the frontend's own `app.graph.serialize()` of it, so it too is exactly what ComfyUI saves.
+
     COMFYUI_PATH=/work/comfyui /work/venv-comfy/bin/python tests/comfyui_e2e/make_examples.py
 """
 from __future__ import annotations
@@ -122,6 +129,120 @@ SPEECH_NEXT_TO_IMAGE = {
 }
 
 WORKFLOWS = {"speak_and_preview": SPEAK_AND_PREVIEW, "speech_next_to_an_image_model": SPEECH_NEXT_TO_IMAGE}
+# The audio file the hand-made voice-cloning workflows' LoadAudio nodes name; a short silent stand-in
+# is put in the server's input folder, so the UI draws it as an existing file.
+REFERENCE_AUDIO = "reference.wav"
+FRONTEND_ONLY = {"Note", "MarkdownNote", "Reroute", "PrimitiveNode"}  # node types with no /object_info entry
+
+
+def hand_made() -> list[str]:
+    """The example workflows not built from a spec here (every other example_workflows/*.json)."""
+    return sorted(p.stem for p in OUT.glob("*.json") if p.stem not in WORKFLOWS)
+
+
+def link_problems(graph: dict) -> list[str]:
+    """Links that do not join two nodes of the graph both ways (the link table vs the nodes' slots)."""
+    problems, nodes = [], {n["id"]: n for n in graph["nodes"]}
+    links = {link[0]: link for link in graph["links"]}
+    for link_id, src, src_slot, dst, dst_slot, kind in graph["links"]:
+        a, b = nodes.get(src), nodes.get(dst)
+        if a is None or b is None:
+            problems.append(f"link {link_id}: node {src if a is None else dst} is not in the graph")
+            continue
+        out = a["outputs"][src_slot] if src_slot < len(a.get("outputs", [])) else None
+        inp = b["inputs"][dst_slot] if dst_slot < len(b.get("inputs", [])) else None
+        if out is None or link_id not in (out.get("links") or []):
+            problems.append(f"link {link_id}: output {src_slot} of node {src} does not list it")
+        if inp is None or inp.get("link") != link_id:
+            problems.append(f"link {link_id}: input {dst_slot} of node {dst} does not name it")
+        if out is not None and inp is not None and kind not in (out["type"], inp["type"]):
+            problems.append(f"link {link_id}: type {kind} is neither {out['type']} nor {inp['type']}")
+    for n in graph["nodes"]:
+        for i in n.get("inputs", []):
+            if i.get("link") is not None and i["link"] not in links:
+                problems.append(f"node {n['id']} input {i['name']}: link {i['link']} is not in the link table")
+        for o in n.get("outputs", []):
+            for link_id in o.get("links") or []:
+                if link_id not in links:
+                    problems.append(f"node {n['id']} output {o['name']}: link {link_id} is not in the link table")
+    if graph["nodes"] and graph.get("last_node_id", 0) < max(nodes):
+        problems.append(f"last_node_id {graph.get('last_node_id')} < largest node id {max(nodes)}")
+    if links and graph.get("last_link_id", 0) < max(links):
+        problems.append(f"last_link_id {graph.get('last_link_id')} < largest link id {max(links)}")
+    return problems
+
+
+# Load a workflow as the template browser does; each node's widgets as the frontend built them.
+LOAD_AND_INSPECT = r"""
+window.__mizuotoInspect = async (graph) => {
+  await app.loadGraphData(graph, true, true, null);
+  const nodes = app.graph.nodes.map((n) => ({
+    id: n.id, type: n.type, known: !!LiteGraph.registered_node_types[n.type],
+    widgets: (n.widgets || []).filter((w) => w.serialize !== false).map((w) => ({
+      name: w.name, type: w.type, value: w.value ?? null,
+      choices: Array.isArray(w.options?.values) ? w.options.values : null,
+      min: w.options?.min ?? null, max: w.options?.max ?? null})),
+  }));
+  const saved = app.graph.serialize();
+  return {nodes, saved};
+};
+"""
+
+
+def widget_problems(graph: dict, inspected: list[dict]) -> list[str]:
+    """Widget values the frontend would not accept as they are, or that the file names differently."""
+    problems, by_id = [], {str(n["id"]): n for n in graph["nodes"]}  # the live graph's ids may be strings
+    for node in inspected:
+        where = f"node {node['id']} ({node['type']})"
+        named = by_id.get(str(node["id"]), {}).get("widgets_values_named")
+        for w in node["widgets"]:
+            value = w["value"]
+            if w["choices"] is not None and value not in w["choices"]:
+                some = ", ".join(map(repr, w["choices"][:8])) + (", ..." if len(w["choices"]) > 8 else "")
+                problems.append(f"{where}: {w['name']} = {value!r} is not one of [{some}]")
+            if w["type"] == "number":
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    problems.append(f"{where}: {w['name']} = {value!r} is not a number")
+                elif (w["min"] is not None and value < w["min"]) or (w["max"] is not None and value > w["max"]):
+                    problems.append(f"{where}: {w['name']} = {value!r} is outside [{w['min']}, {w['max']}]")
+            if w["type"] in ("text", "customtext") and not isinstance(value, str):
+                problems.append(f"{where}: {w['name']} = {value!r} is not a string")
+            if named is not None and w["name"] in named and named[w["name"]] != value:
+                problems.append(f"{where}: widgets_values puts {value!r} in {w['name']}, "
+                                f"widgets_values_named says {named[w['name']]!r} (order of the inputs?)")
+    return problems
+
+
+def check_hand_made(browser: Browser, name: str, object_info: dict) -> dict:
+    """Validate a hand-made workflow in the frontend; return the frontend's serialization of it."""
+    graph = json.loads((OUT / f"{name}.json").read_text())
+    problems = [f"node {n['id']}: unknown node type {n['type']}" for n in graph["nodes"]
+                if n["type"] not in object_info and n["type"] not in FRONTEND_ONLY]
+    problems += link_problems(graph)
+    if not problems:
+        result = browser.evaluate(f"window.__mizuotoInspect({json.dumps(graph)})")
+        problems += [f"node {n['id']}: the frontend does not know {n['type']}"
+                     for n in result["nodes"] if not n["known"]]
+        problems += widget_problems(graph, result["nodes"])
+        saved = result["saved"]
+        saved.pop("id", None)
+        saved.setdefault("extra", {}).pop("ds", None)
+        if sorted(map(tuple, saved["links"])) != sorted(map(tuple, graph["links"])):
+            problems.append(f"the links change on load: {graph['links']} -> {saved['links']}")
+        problems += [f"after load: {p}" for p in link_problems(saved)]
+    if problems:
+        raise SystemExit(f"example_workflows/{name}.json is not a valid workflow:\n  " + "\n  ".join(problems))
+    return saved
+
+
+def write_silent_wav(path: Path, seconds: float = 1.0, rate: int = 24000) -> None:
+    import wave
+
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(rate)
+        f.writeframes(b"\0\0" * int(seconds * rate))
 
 
 def open_ui(browser: Browser, url: str) -> None:
@@ -181,8 +302,12 @@ def main() -> int:
         checkpoints = server.base / "models" / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
         (checkpoints / SD15).touch()
+        # A silent stand-in for the voice-cloning workflows' reference recording (same reason).
+        (server.base / "input").mkdir(exist_ok=True)
+        write_silent_wav(server.base / "input" / REFERENCE_AUDIO)
+        object_info = server.get("/object_info")
         open_ui(browser, server.url)
-        browser.evaluate(BUILDER + "; true")
+        browser.evaluate(BUILDER + LOAD_AND_INSPECT + "; true")
         for name, spec in WORKFLOWS.items():
             graph = browser.evaluate(f"window.__mizuotoBuild({json.dumps(spec)})")
             graph.pop("id", None)  # a fresh id per load; templates carry none
@@ -193,6 +318,11 @@ def main() -> int:
                 (HERE / f"{name}.api.json").write_text(json.dumps(api, indent=2, ensure_ascii=False) + "\n")
             thumbnail(browser, graph, OUT / f"{name}.jpg")
             print(f"wrote {OUT / name}.json/.jpg ({len(graph['nodes'])} nodes, {len(graph['links'])} links)")
+        for name in hand_made():  # checked, rewritten as the frontend saves them, thumbnailed
+            graph = check_hand_made(browser, name, object_info)
+            (OUT / f"{name}.json").write_text(json.dumps(graph, indent=2, ensure_ascii=False) + "\n")
+            thumbnail(browser, graph, OUT / f"{name}.jpg")
+            print(f"checked {OUT / name}.json, wrote .jpg ({len(graph['nodes'])} nodes, {len(graph['links'])} links)")
         errors = [e for e in browser.console_errors() if "mizuoto" in e.lower()]
         if errors:
             print("console errors mentioning mizuoto:", *errors, sep="\n  ", file=sys.stderr)

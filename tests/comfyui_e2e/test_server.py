@@ -45,7 +45,9 @@ OUR_NODES = {
 }
 # The runtime service's key for the loader's fp32/auto output: engine, model, dtype, device (auto = CPU under --cpu)
 MODEL = "hibari:hibari heart:float32:cpu"
-WORKFLOWS = ["speak_and_preview", "speech_next_to_an_image_model"]
+# Every example workflow shipped (the hibari ones built by make_examples.py, one per engine by hand).
+WORKFLOWS = sorted(p.stem for p in (REPO / "example_workflows").glob("*.json"))
+FRONTEND_ONLY = {"Note", "MarkdownNote", "Reroute", "PrimitiveNode"}  # node types with no /object_info entry
 API_PROMPT = json.loads((HERE / "speak_and_preview.api.json").read_text())
 
 
@@ -165,18 +167,63 @@ def test_free_unloads_our_model(server):
                 f"ComfyUI's list: {server.get('/mizuoto_e2e/comfy_loaded_models')}")
 
 
+def link_problems(graph: dict) -> list[str]:
+    """Links that do not join two nodes of the graph both ways (the link table vs the nodes' slots)."""
+    problems, nodes = [], {n["id"]: n for n in graph["nodes"]}
+    links = {link[0]: link for link in graph["links"]}
+    for link_id, src, src_slot, dst, dst_slot, kind in graph["links"]:
+        if src not in nodes or dst not in nodes:
+            problems.append(f"link {link_id}: {src} -> {dst} leaves the graph")
+            continue
+        outs, ins = nodes[src].get("outputs", []), nodes[dst].get("inputs", [])
+        if src_slot >= len(outs) or link_id not in (outs[src_slot].get("links") or []):
+            problems.append(f"link {link_id}: output {src_slot} of node {src} does not list it")
+        elif dst_slot >= len(ins) or ins[dst_slot].get("link") != link_id:
+            problems.append(f"link {link_id}: input {dst_slot} of node {dst} does not name it")
+        elif kind not in (outs[src_slot]["type"], ins[dst_slot]["type"]):
+            problems.append(f"link {link_id}: type {kind} matches neither end")
+    for n in graph["nodes"]:
+        named = [i["link"] for i in n.get("inputs", []) if i.get("link") is not None]
+        named += [link_id for o in n.get("outputs", []) for link_id in o.get("links") or []]
+        problems += [f"node {n['id']} names link {link_id}, not in the link table" for link_id in named
+                     if link_id not in links]
+    return problems
+
+
 def test_workflow_templates_list_our_examples(server):
+    assert {"speak_and_preview", "speech_next_to_an_image_model"} <= set(WORKFLOWS), WORKFLOWS
     templates = server.get("/api/workflow_templates")
-    assert sorted(templates.get(server.pack_dir_name, [])) == sorted(WORKFLOWS), templates
+    assert sorted(templates.get(server.pack_dir_name, [])) == WORKFLOWS, templates
+    info = server.get("/object_info")
+    # An audio output node: an output node of ComfyUI's that takes AUDIO (PreviewAudio, SaveAudio, ...).
+    audio_outputs = {name for name, node in info.items() if node.get("output_node")
+                     and any(spec[0] == "AUDIO" for spec in node["input"].get("required", {}).values())}
+    assert "PreviewAudio" in audio_outputs, sorted(audio_outputs)
     for name in WORKFLOWS:
         base = f"/api/workflow_templates/{urllib.parse.quote(server.pack_dir_name)}/{name}"
         graph = server.get(base + ".json")
-        assert graph == json.loads((REPO / "example_workflows" / f"{name}.json").read_text())
-        node_types = {n["type"] for n in graph["nodes"]}
-        assert {"MizuotoLoadHibari", "MizuotoSpeak", "PreviewAudio"} <= node_types
-        ids = {n["id"] for n in graph["nodes"]}
-        for link_id, src, _, dst, _, _ in graph["links"]:  # every link joins two nodes of the graph
-            assert src in ids and dst in ids, link_id
+        assert graph == json.loads((REPO / "example_workflows" / f"{name}.json").read_text()), name
+        nodes = {n["id"]: n for n in graph["nodes"]}
+        unknown = {n["type"] for n in graph["nodes"]} - set(info) - FRONTEND_ONLY
+        assert not unknown, f"{name}: node types not in /object_info: {unknown}"
+        assert not link_problems(graph), (name, link_problems(graph))
+        # a Mizuoto loader -> MizuotoSpeak (model) -> an audio output node (audio)
+        linked = {(nodes[src]["type"], nodes[dst]["type"], nodes[dst]["inputs"][slot]["name"])
+                  for _, src, _, dst, slot, _ in graph["links"]}
+        loaders = [n for n in graph["nodes"] if n["type"].startswith("MizuotoLoad")]
+        assert loaders, f"{name}: no Mizuoto loader node"
+        for loader in loaders:
+            spec = info[loader["type"]]
+            assert spec["output"] == ["MIZUOTO_TTS"] and spec["python_module"] == f"custom_nodes.{server.pack_dir_name}"
+            assert (loader["type"], "MizuotoSpeak", "model") in linked, (name, linked)
+            # every loader input is a combo: its value must be one of the choices (e.g. a known model)
+            required = spec["input"]["required"]
+            assert len(loader["widgets_values"]) == len(required), (name, loader["widgets_values"])
+            for (input_name, (choices, *_)), value in zip(required.items(), loader["widgets_values"]):
+                assert isinstance(choices, list) and value in choices, (name, loader["type"], input_name, value)
+        assert any(n["type"] == "MizuotoSpeak" for n in graph["nodes"]), f"{name}: no MizuotoSpeak"
+        assert any(src == "MizuotoSpeak" and dst in audio_outputs and inp == "audio" for src, dst, inp in linked), \
+            f"{name}: MizuotoSpeak feeds no audio output node ({linked})"
         thumb = server.get(base + ".jpg")
         assert thumb[:3] == b"\xff\xd8\xff", f"{name}.jpg is not a JPEG"
     pack = urllib.parse.quote(server.pack_dir_name)
