@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..common.dac import Snake1d
 from .model import ConfigError, field_of
 
 
@@ -118,18 +119,6 @@ class CausalConvTranspose1d(_WeightNorm, nn.ConvTranspose1d):
         y = F.conv_transpose1d(x, self.normed_weight(), self.bias, self.stride, self.padding, self.output_padding,
                                self.groups, self.dilation)
         return y[..., :-self.trim]
-
-
-class Snake1d(nn.Module):
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        shape = x.shape
-        x = x.reshape(shape[0], shape[1], -1)
-        x = x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
-        return x.reshape(shape)
 
 
 class ResidualUnit(nn.Module):
