@@ -310,3 +310,14 @@ def test_absurd_config_sizes_are_refused_before_any_module_is_built(tmp_path, fi
         load_qwen3_tts(folder, torch.float32)
     assert "config.json" in str(e.value) and field in str(e.value)
     assert time.monotonic() - t < 10
+
+
+def test_hugging_face_zero_defaults_are_not_mistaken_for_sizes(tmp_path):
+    """save_pretrained writes chunk_size_feed_forward = 0 and no_repeat_ngram_size = 0 ("off")."""
+    from mizuoto.nodes.qwen3_tts.loader import load_qwen3_tts
+    from qwen3_tts.tiny import write_tiny_checkpoint
+    folder = write_tiny_checkpoint(tmp_path / "tiny", "custom_voice", seed=1)
+    config = json.loads((folder / "config.json").read_text())
+    config["talker_config"] |= {"chunk_size_feed_forward": 0, "no_repeat_ngram_size": 0, "use_cache": True}
+    (folder / "config.json").write_text(json.dumps(config))
+    assert load_qwen3_tts(folder, torch.float32).config.talker.hidden_size > 0

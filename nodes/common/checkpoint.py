@@ -85,17 +85,19 @@ def read_json(path: str | os.PathLike, engine: str) -> dict[str, Any]:
     return data
 
 
-# Config fields that size modules: a negative, zero or absurd value must be refused before any module is
-# built (a 10^7-wide layer or 100 000 layers would be tried for minutes, or allocated).
-_SIZE_FIELD = re.compile(r"(^|_)(dim|size|hidden|depth|heads?|layers?|channels|experts|codebooks?|groups)(_|$)|^n_")
-_COUNT_FIELD = re.compile(r"(depth|heads?|layers?|experts|codebooks?|groups)")
+# Config fields that size modules: a negative or absurd width, or a count (heads, layers) below one, must be
+# refused before any module is built (a 10^7-wide layer or 100 000 layers would be tried for minutes, or
+# allocated). Widths may be 0: Hugging Face configs use 0 for "off" (chunk_size_feed_forward).
+_SIZE_FIELD = re.compile(r"(^|_)(dim|size|hidden|depth|heads?|layers?|channels)(_|$)|^n_")
+_COUNT_FIELD = re.compile(r"(^|_)(depth|heads?|layers?)(_|$)")
 MAX_WIDTH = 1 << 20
 MAX_COUNT = 4096
 
 
 def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "") -> None:
-    """Every integer field named like a size (hidden_size, num_attention_heads, n_layer, head_dim, ...) is
-    in [1, MAX_WIDTH] ([1, MAX_COUNT] for counts); a CheckpointError names the file and the field."""
+    """Every integer field named like a size (hidden_size, head_dim, n_fft, ...) is in [0, MAX_WIDTH] and
+    every count (num_attention_heads, num_hidden_layers, depth) in [1, MAX_COUNT]; a CheckpointError names
+    the file and the field."""
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else str(key)
@@ -105,6 +107,6 @@ def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "
         if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, int) \
                 or not _SIZE_FIELD.search(key.lower()):
             continue                                    # flags such as scale_codebook_embeddings are not sizes
-        high = MAX_COUNT if _COUNT_FIELD.search(key.lower()) else MAX_WIDTH
-        if not 1 <= value <= high:
-            raise CheckpointError(f"{engine}: {path}: {name} = {value}; expected an integer from 1 to {high}")
+        low, high = (1, MAX_COUNT) if _COUNT_FIELD.search(key.lower()) else (0, MAX_WIDTH)
+        if not low <= value <= high:
+            raise CheckpointError(f"{engine}: {path}: {name} = {value}; expected an integer from {low} to {high}")
