@@ -194,7 +194,7 @@ def speak(args: argparse.Namespace) -> int:
                            instruction=args.instruction)
     try:
         wav, meta = run(model, request)
-    except (ValueError, TypeError, OSError) as e:
+    except (ValueError, TypeError, OSError, FloatingPointError) as e:  # FloatingPointError: NaN audio, not written
         print(f"speak: {e}", file=sys.stderr)
         return 2
     except Exception as e:
