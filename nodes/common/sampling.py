@@ -32,14 +32,15 @@ def top_k_filter(scores: Tensor, top_k: int) -> Tensor:
     return scores.masked_fill(scores < kth, float("-inf"))
 
 
-def top_p_filter(scores: Tensor, top_p: float) -> Tensor:
-    """Nucleus filtering as HF's TopPLogitsWarper (the smallest set with mass > top_p; always one token)."""
+def top_p_filter(scores: Tensor, top_p: float, min_keep: int = 1) -> Tensor:
+    """Nucleus filtering as HF's TopPLogitsWarper (the smallest set with mass > top_p; at least `min_keep`
+    tokens: HF keeps 2 under beam search)."""
     if top_p >= 1.0:
         return scores
     sorted_logits, sorted_idx = torch.sort(scores, descending=False)
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
     remove = cum <= (1 - top_p)
-    remove[..., -1:] = False
+    remove[..., -min_keep:] = False
     return scores.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
 
 

@@ -74,6 +74,11 @@ class DynamicCache:
         self._k.clear()
         self._v.clear()
 
+    def reorder_rows(self, order: Tensor) -> None:
+        """Beam search: every layer's rows become rows `order` (index_select, as Hugging Face reorders)."""
+        self._k = [k.index_select(0, order) for k in self._k]
+        self._v = [v.index_select(0, order) for v in self._v]
+
 
 class BufferCache:
     """Per-layer preallocated K/V buffers of `initial` positions, doubled when full."""
@@ -114,6 +119,12 @@ class BufferCache:
         self._k.clear()
         self._v.clear()
         self._len.clear()
+
+    def reorder_rows(self, order: Tensor) -> None:
+        """Beam search: every layer's rows become rows `order` (the filled part is copied)."""
+        for i, n in enumerate(self._len):
+            self._k[i][:, :, :n] = self._k[i][:, :, :n].index_select(0, order)
+            self._v[i][:, :, :n] = self._v[i][:, :, :n].index_select(0, order)
 
 
 def _buffer(like: Tensor, capacity: int) -> Tensor:

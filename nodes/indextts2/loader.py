@@ -1,0 +1,109 @@
+"""Reads an IndexTTS 2 model folder in the published layout (IndexTeam/IndexTTS-2), unchanged.
+
+    config.yaml   plain YAML (read with yaml.safe_load): gpt, s2mel, semantic_codec sections
+    gpt.pth       UnifiedVoice state dict (torch pickle, read weights-only)
+    s2mel.pth     {"net": {"cfm": ..., "length_regulator": ..., "gpt_layer": ...}} (weights-only)
+
+Loading is strict: a missing, unexpected or mis-shaped tensor is a CheckpointError naming the file.
+Upstream's only tolerance is kept: computed tables that upstream also recomputes (the conformers'
+sinusoid `pos_enc.pe`, the DiT's `input_pos` and timestep `freqs`) may be in the file or not.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from ...runtime.loading import CheckpointError, load_module_from_state
+from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle
+from .gpt import ConformerConfig, GPTConfig, UnifiedVoice
+
+ENGINE = "IndexTTS 2"
+COMPUTED = ("pos_enc.pe", "input_pos", "t_embedder.freqs", "t_embedder2.freqs")
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """config.yaml as plain data (no objects constructed); sizes checked; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFolderError(f"{ENGINE}: {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{ENGINE}: {path} is not valid YAML ({type(e).__name__}: {str(e)[:160]})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{ENGINE}: {path} does not hold a YAML mapping")
+    check_sizes(data, path, ENGINE)
+    return data
+
+
+def field(data: dict[str, Any], dotted: str, kind: type, path: Path) -> Any:
+    """data["a"]["b"] for "a.b", of type `kind`; a CheckpointError names the file and the field."""
+    value: Any = data
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise CheckpointError(f"{ENGINE}: {path}: field {dotted} is missing")
+        value = value[part]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise CheckpointError(f"{ENGINE}: {path}: field {dotted} = {value!r}; expected {kind.__name__}")
+    return value
+
+
+def _conformer(data: dict[str, Any], section: str, path: Path) -> ConformerConfig:
+    f = lambda name, kind=int: field(data, f"gpt.{section}.{name}", kind, path)  # noqa: E731
+    c = ConformerConfig(output_size=f("output_size"), linear_units=f("linear_units"),
+                        attention_heads=f("attention_heads"), num_blocks=f("num_blocks"),
+                        perceiver_mult=f("perceiver_mult"), input_layer=f("input_layer", str))
+    if c.input_layer != "conv2d2":
+        raise CheckpointError(f"{ENGINE}: {path}: field gpt.{section}.input_layer = {c.input_layer!r}; "
+                              f"expected 'conv2d2'")
+    if c.output_size % c.attention_heads:
+        raise CheckpointError(f"{ENGINE}: {path}: gpt.{section}.output_size {c.output_size} is not a multiple "
+                              f"of attention_heads {c.attention_heads}")
+    return c
+
+
+def gpt_config(data: dict[str, Any], path: Path) -> GPTConfig:
+    f = lambda name: field(data, f"gpt.{name}", int, path)  # noqa: E731
+    ctype = field(data, "gpt.condition_type", str, path)
+    if ctype != "conformer_perceiver":
+        raise CheckpointError(f"{ENGINE}: {path}: field gpt.condition_type = {ctype!r}; expected "
+                              f"'conformer_perceiver' (IndexTTS 2)")
+    c = GPTConfig(model_dim=f("model_dim"), heads=f("heads"), layers=f("layers"),
+                  max_mel_tokens=f("max_mel_tokens"), max_text_tokens=f("max_text_tokens"),
+                  number_text_tokens=f("number_text_tokens"), number_mel_codes=f("number_mel_codes"),
+                  start_mel_token=f("start_mel_token"), stop_mel_token=f("stop_mel_token"),
+                  start_text_token=f("start_text_token"), stop_text_token=f("stop_text_token"),
+                  condition=_conformer(data, "condition_module", path),
+                  emo_condition=_conformer(data, "emo_condition_module", path))
+    if c.model_dim % c.heads:
+        raise CheckpointError(f"{ENGINE}: {path}: gpt.model_dim {c.model_dim} is not a multiple of gpt.heads "
+                              f"{c.heads}")
+    for name in ("start_mel_token", "stop_mel_token"):
+        if not 0 <= getattr(c, name) < c.number_mel_codes:
+            raise CheckpointError(f"{ENGINE}: {path}: field gpt.{name} = {getattr(c, name)} is outside "
+                                  f"number_mel_codes {c.number_mel_codes}")
+    return c
+
+
+def without_computed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in state.items() if not k.endswith(COMPUTED)}
+
+
+def tensors(obj: Any, path: Path) -> dict[str, torch.Tensor]:
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{ENGINE}: {path}: expected a state dict of tensors")
+    return obj
+
+
+def load_gpt(path: str | Path, config: GPTConfig, dtype: torch.dtype = torch.float32) -> UnifiedVoice:
+    path = Path(path)
+    obj = load_pickle(path)
+    if isinstance(obj, dict) and "model" in obj and isinstance(obj["model"], dict):
+        obj = obj["model"]      # upstream's load_checkpoint accepts a training checkpoint too
+    state = without_computed(tensors(obj, path))
+    return load_module_from_state(lambda: UnifiedVoice(config), state, dtype, source=path).eval()

@@ -1,0 +1,104 @@
+"""Golden fixtures for the IndexTTS 2 engine, made with the upstream repository (not a PyPI package).
+
+Runs only where the repository and the reference venv exist (see README.md):
+
+    /work/venv-indextts/bin/python tests/indextts2/make_fixtures.py /work/upstream-indextts
+
+It builds upstream's own classes from tiny.CONFIG (OmegaConf, as upstream reads config.yaml), fills every
+parameter with tiny.seeded_state, runs them on seeded inputs and writes under fixtures/: keys.json
+(parameter names and shapes per checkpoint, from which the default suite regenerates the same weights)
+and outputs.pt (inputs and upstream's outputs). Computed buffers (position tables) are not seeded: they
+keep the values upstream computes, as in the published files.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))   # a script, never imported by the tests
+
+import tiny  # noqa: E402
+
+
+def setup_upstream(repo: Path) -> None:
+    sys.path.insert(0, str(repo))
+    sys.path.insert(0, str(HERE.parent / "qwen3_tts"))
+    import torchaudio_shim  # the CUDA-linked torchaudio wheel imports on CPU torch (Python parts only)
+    torchaudio_shim.install()
+    # indextts.utils.tokenizer pulls whisper/tiktoken for a language table only the campplus GPT uses
+    stub = types.ModuleType("indextts.utils.tokenizer")
+    stub.LANGUAGE_DICT = {}
+    sys.modules["indextts.utils.tokenizer"] = stub
+
+
+def params(module: torch.nn.Module) -> dict[str, list[int]]:
+    return {k: list(v.shape) for k, v in module.named_parameters()}
+
+
+def fill(module: torch.nn.Module, shapes: dict[str, list[int]]) -> None:
+    missing, unexpected = module.load_state_dict(tiny.seeded_state(shapes), strict=False)
+    buffers = {k for k, _ in module.named_buffers()}
+    assert not unexpected and set(missing) <= buffers, (missing, unexpected)
+
+
+def gpt_fixtures(out: dict, keys: dict) -> None:
+    from omegaconf import OmegaConf
+    from indextts.gpt.model_v2 import UnifiedVoice
+
+    cfg = OmegaConf.create(tiny.CONFIG)
+    gpt = UnifiedVoice(**cfg.gpt)
+    keys["gpt"] = params(gpt)
+    fill(gpt, keys["gpt"])
+    gpt.eval()
+    gpt.post_init_gpt2_config(use_deepspeed=False, kv_cache=True, half=False)
+    g = torch.Generator().manual_seed(1)
+    spk = torch.randn(1, 37, 1024, generator=g)
+    emo = torch.randn(1, 23, 1024, generator=g)
+    text = torch.tensor([[5, 17, 42, 9, 63, 2, 88]], dtype=torch.int32)
+    out.update({"gpt.spk": spk, "gpt.emo": emo, "gpt.text": text})
+    with torch.no_grad():
+        # lengths as upstream's infer_v2 passes them: the feature width (1024), not the frame count
+        spk_len = torch.tensor([spk.shape[-1]])
+        emo_len = torch.tensor([emo.shape[-1]])
+        out["gpt.latents"] = gpt.get_conditioning(spk.transpose(1, 2), spk_len)
+        out["gpt.emovec_spk"] = gpt.get_emovec(spk, spk_len)
+        for alpha in (1.0, 0.6):
+            out[f"gpt.merged.{alpha}"] = gpt.merge_emovec(spk, emo, spk_len, emo_len, alpha=alpha)
+        emovec = out["gpt.merged.0.6"]
+        for seed in (0, 3):
+            torch.manual_seed(seed)
+            codes, latent_cond = gpt.inference_speech(
+                spk, text, emo, cond_lengths=spk_len, emo_cond_lengths=emo_len, emo_vec=emovec, do_sample=True,
+                top_p=0.8, top_k=30, temperature=0.8, num_return_sequences=1, length_penalty=0.0, num_beams=3,
+                repetition_penalty=10.0, max_generate_length=60)
+            out[f"gpt.codes.{seed}"] = codes
+        codes = out["gpt.codes.0"]
+        stop = tiny.CONFIG["gpt"]["stop_mel_token"]
+        n = int((codes[0] == stop).nonzero()[0, 0]) if (codes[0] == stop).any() else codes.shape[1]
+        codes = codes[:, :n]
+        out["gpt.latent"] = gpt(latent_cond, text, torch.tensor([text.shape[-1]]), codes.clone(),
+                                torch.tensor([codes.shape[-1]]), emo, cond_mel_lengths=spk_len,
+                                emo_cond_mel_lengths=emo_len, emo_vec=emovec,
+                                use_speed=torch.zeros(1).long())
+
+
+def main(repo: Path) -> None:
+    setup_upstream(repo)
+    torch.set_num_threads(1)
+    out: dict[str, torch.Tensor] = {}
+    keys: dict[str, dict[str, list[int]]] = {}
+    gpt_fixtures(out, keys)
+    tiny.FIXTURES.mkdir(exist_ok=True)
+    (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))
+    torch.save(out, tiny.FIXTURES / "outputs.pt")
+    for k, v in out.items():
+        print(k, tuple(v.shape), v.flatten()[:8].tolist() if v.dtype != torch.float32 else "")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,65 @@
+"""Our IndexTTS 2 against golden fixtures recorded from the upstream repository (make_fixtures.py).
+
+Tiny upstream-layout checkpoints are regenerated from the recorded key lists (tiny.py), loaded through
+our loader and run on the recorded inputs and seeds: conditioning, emotion vectors and GPT latents
+`torch.equal` in float32, beam-sampled mel codes equal.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
+
+from mizuoto.nodes.indextts2.generate import Sampling, generate_codes
+from mizuoto.nodes.indextts2.loader import gpt_config, load_gpt, read_config
+
+from indextts2.tiny import FIXTURES, write_config, write_gpt
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict:
+    return torch.load(FIXTURES / "outputs.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("indextts2")
+    path = write_config(folder)
+    return load_gpt(write_gpt(folder), gpt_config(read_config(path), path))
+
+
+def lengths(feats: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([feats.shape[-1]])   # as upstream's infer_v2 passes them
+
+
+def test_conditioning_equals_upstream(gpt, expected):
+    spk, emo = expected["gpt.spk"], expected["gpt.emo"]
+    with torch.no_grad():
+        assert torch.equal(gpt.speaker_latents(spk, lengths(spk)), expected["gpt.latents"])
+        assert torch.equal(gpt.emotion_vector(spk, lengths(spk)), expected["gpt.emovec_spk"])
+        for alpha in (1.0, 0.6):
+            merged = gpt.merge_emotion(spk, lengths(spk), emo, lengths(emo), alpha)
+            assert torch.equal(merged, expected[f"gpt.merged.{alpha}"])
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_codes_equal_upstream(gpt, expected, seed):
+    spk = expected["gpt.spk"]
+    with torch.no_grad():
+        conds = gpt.conditioning(expected["gpt.latents"], expected["gpt.merged.0.6"])
+        prompt = gpt.prompt(conds, expected["gpt.text"][0].long())
+        codes, stopped = generate_codes(gpt, prompt, Sampling(max_mel_tokens=60), torch.Generator().manual_seed(seed))
+    ref = expected[f"gpt.codes.{seed}"][0].tolist()
+    stop = gpt.config.stop_mel_token
+    assert stopped == (stop in ref)
+    assert codes == (ref[:ref.index(stop)] if stop in ref else ref)
+    assert spk.shape[1] == 37
+
+
+def test_latent_equals_upstream(gpt, expected):
+    codes = expected["gpt.codes.0"][0].long()
+    with torch.no_grad():
+        conds = gpt.conditioning(expected["gpt.latents"], expected["gpt.merged.0.6"])
+        latent = gpt.latent(conds, expected["gpt.text"][0].long(), codes)
+    assert torch.equal(latent, expected["gpt.latent"])

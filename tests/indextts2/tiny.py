@@ -1,0 +1,91 @@
+"""Tiny IndexTTS 2 checkpoints in the upstream layout, weights regenerated from a seed.
+
+make_fixtures.py (reference venv, upstream repository) builds upstream's classes from CONFIG, records
+their state-dict names and shapes into fixtures/keys.json, fills them with `seeded_state` and records
+outputs; the default suite rebuilds the identical files from that key list (no upstream needed).
+
+    folder/config.yaml    upstream's config.yaml fields (gpt, s2mel, ...) at tiny sizes
+    folder/gpt.pth        UnifiedVoice state dict
+    folder/s2mel.pth      {"net": {"cfm": ..., "length_regulator": ..., "gpt_layer": ...}}
+"""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from pathlib import Path
+
+import torch
+import yaml
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SEED = 20251201
+
+CONFIG = {
+    "dataset": {"bpe_model": "bpe.model", "sample_rate": 24000, "squeeze": False,
+                "mel": {"sample_rate": 24000, "n_fft": 1024, "hop_length": 256, "win_length": 1024, "n_mels": 100,
+                        "mel_fmin": 0, "normalize": False}},
+    "gpt": {"model_dim": 64, "max_mel_tokens": 120, "max_text_tokens": 40, "heads": 4, "use_mel_codes_as_input": True,
+            "mel_length_compression": 1024, "layers": 2, "number_text_tokens": 100, "number_mel_codes": 8194,
+            "start_mel_token": 8192, "stop_mel_token": 8193, "start_text_token": 0, "stop_text_token": 1,
+            "train_solo_embeddings": False, "condition_type": "conformer_perceiver",
+            "condition_module": {"output_size": 32, "linear_units": 64, "attention_heads": 2, "num_blocks": 2,
+                                 "input_layer": "conv2d2", "perceiver_mult": 2},
+            "emo_condition_module": {"output_size": 32, "linear_units": 48, "attention_heads": 2, "num_blocks": 1,
+                                     "input_layer": "conv2d2", "perceiver_mult": 2}},
+    "semantic_codec": {"codebook_size": 8192, "hidden_size": 1024, "codebook_dim": 8, "vocos_dim": 32,
+                       "vocos_intermediate_dim": 64, "vocos_num_layers": 2},
+    "s2mel": {
+        "preprocess_params": {"sr": 22050, "spect_params": {"n_fft": 1024, "win_length": 1024, "hop_length": 256,
+                                                             "n_mels": 80, "fmin": 0, "fmax": "None"}},
+        "dit_type": "DiT", "reg_loss_type": "l1", "style_encoder": {"dim": 192},
+        "length_regulator": {"channels": 32, "is_discrete": False, "in_channels": 1024, "content_codebook_size": 2048,
+                             "sampling_ratios": [1, 1, 1, 1], "vector_quantize": False, "n_codebooks": 1,
+                             "quantizer_dropout": 0.0, "f0_condition": False, "n_f0_bins": 512},
+        "DiT": {"hidden_dim": 32, "num_heads": 2, "depth": 3, "class_dropout_prob": 0.1, "block_size": 8192,
+                "in_channels": 80, "style_condition": True, "final_layer_type": "wavenet", "target": "mel",
+                "content_dim": 32, "content_codebook_size": 1024, "content_type": "discrete", "f0_condition": False,
+                "n_f0_bins": 512, "content_codebooks": 1, "is_causal": False, "long_skip_connection": True,
+                "zero_prompt_speech_token": False, "time_as_token": False, "style_as_token": False,
+                "uvit_skip_connection": True, "add_resblock_in_transformer": False},
+        "wavenet": {"hidden_dim": 32, "num_layers": 2, "kernel_size": 5, "dilation_rate": 1, "p_dropout": 0.2,
+                    "style_condition": True},
+    },
+    "gpt_checkpoint": "gpt.pth", "w2v_stat": "wav2vec2bert_stats.pt", "s2mel_checkpoint": "s2mel.pth",
+    "emo_matrix": "feat2.pt", "spk_matrix": "feat1.pt", "emo_num": [3, 17, 2, 8, 4, 5, 10, 24],
+    "qwen_emo_path": "qwen0.6bemo4-merge/",
+    "vocoder": {"type": "bigvgan", "name": "nvidia/bigvgan_v2_22khz_80band_256x"},
+    "version": 2.0,
+}
+
+def seeded_tensor(key: str, shape: tuple[int, ...], seed: int = SEED) -> torch.Tensor:
+    """A deterministic tensor for parameter `key`, scaled so that tiny random networks stay finite."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
+    x = torch.randn(shape, generator=g)
+    leaf = key.rsplit(".", 1)[-1]
+    if len(shape) >= 2 and leaf not in ("weight_g",):
+        return x / math.sqrt(max(1, math.prod(shape[1:])))
+    if leaf in ("weight_g", "gamma") or (("norm" in key or "ln_" in key) and leaf == "weight"):
+        return 1.0 + 0.1 * x
+    return 0.1 * x
+
+
+def seeded_state(shapes: dict[str, list[int]], seed: int = SEED) -> dict[str, torch.Tensor]:
+    return {k: seeded_tensor(k, tuple(s), seed) for k, s in sorted(shapes.items())}
+
+
+def keys() -> dict[str, dict[str, list[int]]]:
+    return json.loads((FIXTURES / "keys.json").read_text())
+
+
+def write_config(folder: Path, config: dict | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config or CONFIG, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def write_gpt(folder: Path) -> Path:
+    path = folder / "gpt.pth"
+    torch.save(seeded_state(keys()["gpt"]), path)
+    return path
