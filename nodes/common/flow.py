@@ -95,13 +95,16 @@ def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler", clo
     t is cast to x's dtype before each call, dt = t1 - t0 as a tensor, Euler x + dt * f(t0, x);
     midpoint x + dt * f(t0 + dt/2, x + f(t0, x) * dt/2). `clock="accumulate"` is the hand-written
     Euler loop of CosyVoice's flow decoder (and the models built on it): t advances as t + dt and the
-    next dt is `times[k + 1] - t`, so t drifts from the grid by rounding; Euler only. Grids may run
-    downwards (dt < 0). `callback(done, total)` runs after each step (progress; raise to cancel).
+    next dt is `times[k + 1] - t`, so t drifts from the grid by rounding; Euler only. `clock="drift"`
+    is the Seed-VC loop (IndexTTS 2's s2mel): dt is always the grid's step, t advances as t + dt (so t
+    drifts, dt does not); Euler only. Grids may run downwards (dt < 0). `callback(done, total)` runs
+    after each step (progress; raise to cancel).
     """
     if method not in ("euler", "midpoint"):
         raise ValueError(f"method: expected 'euler' or 'midpoint', got {method!r}")
-    if clock not in ("grid", "accumulate") or (clock == "accumulate" and method != "euler"):
-        raise ValueError(f"clock: expected 'grid', or 'accumulate' with Euler, got {clock!r} with {method!r}")
+    if clock not in ("grid", "accumulate", "drift") or (clock != "grid" and method != "euler"):
+        raise ValueError(f"clock: expected 'grid', or 'accumulate' / 'drift' with Euler, got {clock!r} with "
+                         f"{method!r}")
     if times.dim() != 1 or times.numel() < 2:
         raise ValueError(f"times: expected a 1-D grid of at least 2 points, got shape {tuple(times.shape)}")
     real = x0.abs().dtype
@@ -115,6 +118,8 @@ def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler", clo
     for i in range(total):
         if clock == "grid":
             t, dt = times[i], times[i + 1] - times[i]
+        elif clock == "drift":
+            dt = times[i + 1] - times[i]
         if method == "euler":
             dx = dt * f(t, x)
         else:
@@ -122,9 +127,9 @@ def solve(fn: Velocity, x0: Tensor, times: Tensor, *, method: str = "euler", clo
             mid = x + f(t, x) * half
             dx = dt * f(t + half, mid)
         x = x + dx
-        if clock == "accumulate":
+        if clock != "grid":
             t = t + dt
-            if i + 2 <= total:
+            if clock == "accumulate" and i + 2 <= total:
                 dt = times[i + 2] - t
         if callback is not None:
             callback(i + 1, total)

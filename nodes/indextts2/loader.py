@@ -18,7 +18,9 @@ import yaml
 
 from ...runtime.loading import CheckpointError, load_module_from_state
 from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle
+from ..common.dac import fold_weight_norm
 from .gpt import ConformerConfig, GPTConfig, UnifiedVoice
+from .s2mel import S2Mel, S2MelConfig
 
 ENGINE = "IndexTTS 2"
 COMPUTED = ("pos_enc.pe", "input_pos", "t_embedder.freqs", "t_embedder2.freqs")
@@ -107,3 +109,54 @@ def load_gpt(path: str | Path, config: GPTConfig, dtype: torch.dtype = torch.flo
         obj = obj["model"]      # upstream's load_checkpoint accepts a training checkpoint too
     state = without_computed(tensors(obj, path))
     return load_module_from_state(lambda: UnifiedVoice(config), state, dtype, source=path).eval()
+
+
+def s2mel_config(data: dict[str, Any], path: Path, latent_dim: int) -> S2MelConfig:
+    f = lambda name, kind=int: field(data, f"s2mel.{name}", kind, path)  # noqa: E731
+    for flag, want in (("DiT.is_causal", False), ("DiT.time_as_token", False), ("DiT.style_as_token", False),
+                       ("DiT.style_condition", True), ("wavenet.style_condition", True),
+                       ("length_regulator.is_discrete", False), ("length_regulator.f0_condition", False),
+                       ("length_regulator.vector_quantize", False)):
+        if f(flag, bool) is not want:
+            raise CheckpointError(f"{ENGINE}: {path}: field s2mel.{flag} = {not want}; IndexTTS 2 uses {want}")
+    for name, want in (("dit_type", "DiT"), ("DiT.final_layer_type", "wavenet")):
+        if f(name, str) != want:
+            raise CheckpointError(f"{ENGINE}: {path}: field s2mel.{name} = {f(name, str)!r}; expected {want!r}")
+    if f("length_regulator.n_codebooks") != 1:
+        raise CheckpointError(f"{ENGINE}: {path}: field s2mel.length_regulator.n_codebooks must be 1")
+    ratios = f("length_regulator.sampling_ratios", list)
+    c = S2MelConfig(
+        in_channels=f("DiT.in_channels"), hidden_dim=f("DiT.hidden_dim"), num_heads=f("DiT.num_heads"),
+        depth=f("DiT.depth"), content_dim=f("DiT.content_dim"), content_codebook_size=f("DiT.content_codebook_size"),
+        style_dim=f("style_encoder.dim"), wavenet_hidden=f("wavenet.hidden_dim"), wavenet_layers=f("wavenet.num_layers"),
+        wavenet_kernel=f("wavenet.kernel_size"), wavenet_dilation=f("wavenet.dilation_rate"),
+        regulator_channels=f("length_regulator.channels"), regulator_in=f("length_regulator.in_channels"),
+        regulator_codebook=f("length_regulator.content_codebook_size"),
+        sampling_ratios=tuple(int(r) for r in ratios), latent_dim=latent_dim,
+        uvit_skip_connection=f("DiT.uvit_skip_connection", bool),
+        long_skip_connection=f("DiT.long_skip_connection", bool))
+    if c.hidden_dim % c.num_heads:
+        raise CheckpointError(f"{ENGINE}: {path}: s2mel.DiT.hidden_dim {c.hidden_dim} is not a multiple of "
+                              f"num_heads {c.num_heads}")
+    if c.wavenet_hidden != c.hidden_dim or c.content_dim != c.regulator_channels or c.wavenet_kernel % 2 == 0:
+        raise CheckpointError(f"{ENGINE}: {path}: s2mel sizes disagree (wavenet.hidden_dim must equal "
+                              f"DiT.hidden_dim, DiT.content_dim must equal length_regulator.channels, "
+                              f"wavenet.kernel_size must be odd)")
+    return c
+
+
+def load_s2mel(path: str | Path, config: S2MelConfig, dtype: torch.dtype = torch.float32) -> S2Mel:
+    """s2mel.pth: {"net": {name: state}} as upstream's load_checkpoint2 reads it ("module." prefixes
+    dropped, weight norm folded)."""
+    path = Path(path)
+    obj = load_pickle(path)
+    if not isinstance(obj, dict) or not isinstance(obj.get("net"), dict):
+        raise CheckpointError(f"{ENGINE}: {path}: expected a dict with a 'net' entry (upstream's s2mel layout)")
+    state: dict[str, torch.Tensor] = {}
+    for name in ("cfm", "length_regulator", "gpt_layer"):
+        part = obj["net"].get(name)
+        if not isinstance(part, dict):
+            raise CheckpointError(f"{ENGINE}: {path}: net.{name} is missing")
+        part = {k.removeprefix("module."): v for k, v in tensors(part, path).items()}
+        state.update({f"{name}.{k}": v for k, v in fold_weight_norm(without_computed(part)).items()})
+    return load_module_from_state(lambda: S2Mel(config), state, dtype, source=path).eval()

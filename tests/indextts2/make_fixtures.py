@@ -34,6 +34,10 @@ def setup_upstream(repo: Path) -> None:
     stub = types.ModuleType("indextts.utils.tokenizer")
     stub.LANGUAGE_DICT = {}
     sys.modules["indextts.utils.tokenizer"] = stub
+    # the DAC package (descript-audiotools) is imported for a VectorQuantize the published config turns off
+    dac = types.ModuleType("indextts.s2mel.dac.nn.quantize")
+    dac.VectorQuantize = None
+    sys.modules["indextts.s2mel.dac.nn.quantize"] = dac
 
 
 def params(module: torch.nn.Module) -> dict[str, list[int]]:
@@ -87,12 +91,47 @@ def gpt_fixtures(out: dict, keys: dict) -> None:
                                 use_speed=torch.zeros(1).long())
 
 
+def s2mel_fixtures(out: dict, keys: dict) -> None:
+    from omegaconf import OmegaConf
+    from indextts.s2mel.modules.commons import MyModel
+
+    cfg = OmegaConf.create(tiny.CONFIG)
+    s2mel = MyModel(cfg.s2mel, use_gpt_latent=True)
+    for name in ("cfm", "length_regulator", "gpt_layer"):
+        keys[f"s2mel.{name}"] = params(s2mel.models[name])
+        fill(s2mel.models[name], keys[f"s2mel.{name}"])
+    s2mel.eval()
+    s2mel.models["cfm"].estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    g = torch.Generator().manual_seed(2)
+    s_ref = torch.randn(1, 9, 1024, generator=g)
+    s_infer = torch.randn(1, 13, 1024, generator=g)
+    latent = torch.randn(1, 13, 1280, generator=g)
+    ref_mel = torch.randn(1, 80, 15, generator=g)
+    style = torch.randn(1, 192, generator=g)
+    out.update({"s2mel.s_ref": s_ref, "s2mel.s_infer": s_infer, "s2mel.latent": latent, "s2mel.ref_mel": ref_mel,
+                "s2mel.style": style})
+    with torch.no_grad():
+        lr = s2mel.models["length_regulator"]
+        prompt = lr(s_ref, ylens=torch.LongTensor([ref_mel.size(2)]), n_quantizers=3, f0=None)[0]
+        s = s_infer + s2mel.models["gpt_layer"](latent)
+        code_lens = torch.LongTensor([s_infer.size(1)])
+        cond = lr(s, ylens=(code_lens * 1.72).long(), n_quantizers=3, f0=None)[0]
+        cat = torch.cat([prompt, cond], dim=1)
+        out["s2mel.prompt_cond"], out["s2mel.cond"] = prompt, cond
+        for steps in (25, 4):
+            torch.manual_seed(steps)
+            mel = s2mel.models["cfm"].inference(cat, torch.LongTensor([cat.size(1)]), ref_mel, style, None, steps,
+                                                inference_cfg_rate=0.7)
+            out[f"s2mel.mel.{steps}"] = mel[:, :, ref_mel.size(-1):]
+
+
 def main(repo: Path) -> None:
     setup_upstream(repo)
     torch.set_num_threads(1)
     out: dict[str, torch.Tensor] = {}
     keys: dict[str, dict[str, list[int]]] = {}
     gpt_fixtures(out, keys)
+    s2mel_fixtures(out, keys)
     tiny.FIXTURES.mkdir(exist_ok=True)
     (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))
     torch.save(out, tiny.FIXTURES / "outputs.pt")

@@ -12,9 +12,9 @@ import torch
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
 from mizuoto.nodes.indextts2.generate import Sampling, generate_codes
-from mizuoto.nodes.indextts2.loader import gpt_config, load_gpt, read_config
+from mizuoto.nodes.indextts2.loader import gpt_config, load_gpt, load_s2mel, read_config, s2mel_config
 
-from indextts2.tiny import FIXTURES, write_config, write_gpt
+from indextts2.tiny import FIXTURES, write_config, write_gpt, write_s2mel
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +63,30 @@ def test_latent_equals_upstream(gpt, expected):
         conds = gpt.conditioning(expected["gpt.latents"], expected["gpt.merged.0.6"])
         latent = gpt.latent(conds, expected["gpt.text"][0].long(), codes)
     assert torch.equal(latent, expected["gpt.latent"])
+
+
+@pytest.fixture(scope="module")
+def s2mel(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("indextts2_s2mel")
+    path = write_config(folder)
+    return load_s2mel(write_s2mel(folder), s2mel_config(read_config(path), path, 1280))
+
+
+def test_length_regulator_equals_upstream(s2mel, expected):
+    e = expected
+    with torch.no_grad():
+        prompt = s2mel.length_regulator(e["s2mel.s_ref"], torch.LongTensor([e["s2mel.ref_mel"].size(2)]))
+        s = e["s2mel.s_infer"] + s2mel.gpt_layer(e["s2mel.latent"])
+        cond = s2mel.length_regulator(s, (torch.LongTensor([s.size(1)]) * 1.72).long())
+    assert torch.equal(prompt, e["s2mel.prompt_cond"])
+    assert torch.equal(cond, e["s2mel.cond"])
+
+
+@pytest.mark.parametrize("steps", [25, 4])
+def test_s2mel_mel_equals_upstream(s2mel, expected, steps):
+    e = expected
+    mu = torch.cat([e["s2mel.prompt_cond"], e["s2mel.cond"]], dim=1)
+    noise = torch.randn(1, 80, mu.size(1), generator=torch.Generator().manual_seed(steps))
+    with torch.no_grad():
+        mel = s2mel.cfm(mu, e["s2mel.ref_mel"], e["s2mel.style"], noise, steps=steps, cfg_rate=0.7)
+    assert torch.equal(mel[:, :, e["s2mel.ref_mel"].size(-1):], e[f"s2mel.mel.{steps}"])

@@ -89,3 +89,11 @@ def write_gpt(folder: Path) -> Path:
     path = folder / "gpt.pth"
     torch.save(seeded_state(keys()["gpt"]), path)
     return path
+
+
+def write_s2mel(folder: Path) -> Path:
+    path = folder / "s2mel.pth"
+    k = keys()
+    net = {name: seeded_state(k[f"s2mel.{name}"]) for name in ("cfm", "length_regulator", "gpt_layer")}
+    torch.save({"net": net}, path)
+    return path
