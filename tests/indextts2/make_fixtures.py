@@ -125,6 +125,27 @@ def s2mel_fixtures(out: dict, keys: dict) -> None:
             out[f"s2mel.mel.{steps}"] = mel[:, :, ref_mel.size(-1):]
 
 
+def bigvgan_fixtures(out: dict, keys: dict) -> None:
+    # bigvgan.utils imports matplotlib/scipy for plotting and saving; only these two helpers are used here
+    utils = types.ModuleType("indextts.s2mel.modules.bigvgan.utils")
+    utils.init_weights = lambda m, mean=0.0, std=0.01: None
+    utils.get_padding = lambda kernel_size, dilation=1: int((kernel_size * dilation - dilation) / 2)
+    sys.modules["indextts.s2mel.modules.bigvgan.utils"] = utils
+    from indextts.s2mel.modules.bigvgan import bigvgan
+    from indextts.s2mel.modules.bigvgan.env import AttrDict
+
+    model = bigvgan.BigVGAN(AttrDict(dict(tiny.BIGVGAN)), use_cuda_kernel=False)
+    keys["bigvgan"] = params(model)
+    keys["bigvgan.buffers"] = sorted(k for k, _ in model.named_buffers())
+    fill(model, keys["bigvgan"])
+    model.remove_weight_norm()
+    model.eval()
+    mel = torch.randn(1, 80, 12, generator=torch.Generator().manual_seed(4))
+    out["bigvgan.mel"] = mel
+    with torch.no_grad():
+        out["bigvgan.wav"] = model(mel)
+
+
 def main(repo: Path) -> None:
     setup_upstream(repo)
     torch.set_num_threads(1)
@@ -132,6 +153,7 @@ def main(repo: Path) -> None:
     keys: dict[str, dict[str, list[int]]] = {}
     gpt_fixtures(out, keys)
     s2mel_fixtures(out, keys)
+    bigvgan_fixtures(out, keys)
     tiny.FIXTURES.mkdir(exist_ok=True)
     (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))
     torch.save(out, tiny.FIXTURES / "outputs.pt")

@@ -11,10 +11,11 @@ import torch
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
+from mizuoto.nodes.common.bigvgan import load_bigvgan
 from mizuoto.nodes.indextts2.generate import Sampling, generate_codes
 from mizuoto.nodes.indextts2.loader import gpt_config, load_gpt, load_s2mel, read_config, s2mel_config
 
-from indextts2.tiny import FIXTURES, write_config, write_gpt, write_s2mel
+from indextts2.tiny import FIXTURES, write_bigvgan, write_config, write_gpt, write_s2mel
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +91,10 @@ def test_s2mel_mel_equals_upstream(s2mel, expected, steps):
     with torch.no_grad():
         mel = s2mel.cfm(mu, e["s2mel.ref_mel"], e["s2mel.style"], noise, steps=steps, cfg_rate=0.7)
     assert torch.equal(mel[:, :, e["s2mel.ref_mel"].size(-1):], e[f"s2mel.mel.{steps}"])
+
+
+def test_bigvgan_audio_equals_upstream(tmp_path, expected):
+    model = load_bigvgan(write_bigvgan(tmp_path / "bigvgan"))
+    with torch.no_grad():
+        wav = model(expected["bigvgan.mel"])
+    assert torch.equal(wav, expected["bigvgan.wav"])

@@ -58,6 +58,12 @@ CONFIG = {
     "version": 2.0,
 }
 
+BIGVGAN = {"resblock": "1", "num_mels": 80, "upsample_rates": [4, 2], "upsample_kernel_sizes": [8, 4],
+           "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7], "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5]],
+           "activation": "snakebeta", "snake_logscale": True, "use_tanh_at_final": False, "use_bias_at_final": False,
+           "sampling_rate": 22050, "hop_size": 8, "n_fft": 32, "win_size": 32, "fmin": 0, "fmax": None}
+
+
 def seeded_tensor(key: str, shape: tuple[int, ...], seed: int = SEED) -> torch.Tensor:
     """A deterministic tensor for parameter `key`, scaled so that tiny random networks stay finite."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
@@ -97,3 +103,15 @@ def write_s2mel(folder: Path) -> Path:
     net = {name: seeded_state(k[f"s2mel.{name}"]) for name in ("cfm", "length_regulator", "gpt_layer")}
     torch.save({"net": net}, path)
     return path
+
+
+def write_bigvgan(folder: Path) -> Path:
+    """bigvgan_generator.pt ({"generator": state} with weight_g/weight_v pairs and the filter buffers) + config.json."""
+    from mizuoto.nodes.common.bigvgan import kaiser_sinc_filter1d
+    folder.mkdir(parents=True, exist_ok=True)
+    state = seeded_state(keys()["bigvgan"])
+    for k in keys()["bigvgan.buffers"]:
+        state[k] = kaiser_sinc_filter1d(0.25, 0.3, 12)      # every filter: 2x resampling, kernel 12
+    torch.save({"generator": state}, folder / "bigvgan_generator.pt")
+    (folder / "config.json").write_text(json.dumps(BIGVGAN))
+    return folder
