@@ -15,10 +15,13 @@ from typing import Any
 
 import torch
 import yaml
+from safetensors import safe_open
 
-from ...runtime.loading import CheckpointError, load_module_from_state
+from ...runtime.loading import CheckpointError, load_module_from_state, read_safetensors_header
+from ..common.campplus import CAMPPlus
 from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle
 from ..common.dac import fold_weight_norm
+from .codec import CodecConfig, SemanticCodec
 from .gpt import ConformerConfig, GPTConfig, UnifiedVoice
 from .s2mel import S2Mel, S2MelConfig
 
@@ -160,3 +163,32 @@ def load_s2mel(path: str | Path, config: S2MelConfig, dtype: torch.dtype = torch
         part = {k.removeprefix("module."): v for k, v in tensors(part, path).items()}
         state.update({f"{name}.{k}": v for k, v in fold_weight_norm(without_computed(part)).items()})
     return load_module_from_state(lambda: S2Mel(config), state, dtype, source=path).eval()
+
+
+def codec_config(data: dict[str, Any], path: Path) -> CodecConfig:
+    f = lambda name: field(data, f"semantic_codec.{name}", int, path)  # noqa: E731
+    return CodecConfig(codebook_size=f("codebook_size"), hidden_size=f("hidden_size"),
+                       codebook_dim=f("codebook_dim"), vocos_dim=f("vocos_dim"),
+                       vocos_intermediate_dim=f("vocos_intermediate_dim"), vocos_num_layers=f("vocos_num_layers"))
+
+
+def load_codec(path: str | Path, config: CodecConfig, dtype: torch.dtype = torch.float32) -> SemanticCodec:
+    """MaskGCT's semantic_codec/model.safetensors; the decoder (never run at inference) is left out."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFolderError(f"{ENGINE}: semantic codec {path} not found")
+    header = read_safetensors_header(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            state = {k: f.get_tensor(k) for k in header if not k.startswith("decoder.")}
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{ENGINE}: {path}: not readable ({type(e).__name__}: {e})") from None
+    return load_module_from_state(lambda: SemanticCodec(config), fold_weight_norm(state), dtype, source=path).eval()
+
+
+def load_campplus(path: str | Path, dtype: torch.dtype = torch.float32, **widths: int) -> CAMPPlus:
+    """campplus_cn_common.bin: a torch state dict (weights-only), strict."""
+    path = Path(path)
+    state = tensors(load_pickle(path), path)
+    return load_module_from_state(lambda: CAMPPlus(feat_dim=80, embedding_size=192, **widths), state, dtype,
+                                  source=path).eval()

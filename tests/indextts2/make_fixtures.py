@@ -146,6 +146,35 @@ def bigvgan_fixtures(out: dict, keys: dict) -> None:
         out["bigvgan.wav"] = model(mel)
 
 
+def codec_fixtures(out: dict, keys: dict) -> None:
+    from omegaconf import OmegaConf
+    from indextts.codec.maskgct_codec import build_semantic_codec
+
+    codec = build_semantic_codec(OmegaConf.create(tiny.CONFIG).semantic_codec)
+    keys["codec"] = params(codec)
+    fill(codec, keys["codec"])
+    feats = torch.randn(1, 21, 1024, generator=torch.Generator().manual_seed(5))
+    codes = torch.randint(0, 8192, (1, 17), generator=torch.Generator().manual_seed(6))
+    out["codec.feats"], out["codec.codes_in"] = feats, codes
+    with torch.no_grad():
+        out["codec.codes"], out["codec.quantized"] = codec.quantize(feats)
+        out["codec.emb"] = codec.quantizer.vq2emb(codes.unsqueeze(1)).transpose(1, 2)
+
+
+def campplus_fixtures(out: dict, keys: dict) -> None:
+    from indextts.s2mel.modules.campplus.DTDNN import CAMPPlus
+
+    model = CAMPPlus(**tiny.CAMPPLUS)
+    keys["campplus"] = {k: list(v.shape) for k, v in model.state_dict().items()}
+    model.load_state_dict(tiny.seeded_state(keys["campplus"]))
+    model.eval()
+    feat = torch.randn(1, 230, 80, generator=torch.Generator().manual_seed(7))
+    feat = feat - feat.mean(dim=1, keepdim=True)
+    out["campplus.feat"] = feat
+    with torch.no_grad():
+        out["campplus.style"] = model(feat)
+
+
 def main(repo: Path) -> None:
     setup_upstream(repo)
     torch.set_num_threads(1)
@@ -154,6 +183,8 @@ def main(repo: Path) -> None:
     gpt_fixtures(out, keys)
     s2mel_fixtures(out, keys)
     bigvgan_fixtures(out, keys)
+    codec_fixtures(out, keys)
+    campplus_fixtures(out, keys)
     tiny.FIXTURES.mkdir(exist_ok=True)
     (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))
     torch.save(out, tiny.FIXTURES / "outputs.pt")

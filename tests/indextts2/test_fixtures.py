@@ -13,9 +13,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorde
 
 from mizuoto.nodes.common.bigvgan import load_bigvgan
 from mizuoto.nodes.indextts2.generate import Sampling, generate_codes
-from mizuoto.nodes.indextts2.loader import gpt_config, load_gpt, load_s2mel, read_config, s2mel_config
+from mizuoto.nodes.indextts2.loader import (codec_config, gpt_config, load_campplus, load_codec, load_gpt, load_s2mel,
+                                            read_config, s2mel_config)
 
-from indextts2.tiny import FIXTURES, write_bigvgan, write_config, write_gpt, write_s2mel
+from indextts2.tiny import (CAMPPLUS, FIXTURES, write_bigvgan, write_campplus, write_codec, write_config, write_gpt,
+                            write_s2mel)
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +100,22 @@ def test_bigvgan_audio_equals_upstream(tmp_path, expected):
     with torch.no_grad():
         wav = model(expected["bigvgan.mel"])
     assert torch.equal(wav, expected["bigvgan.wav"])
+
+
+def test_codec_equals_upstream(tmp_path, expected):
+    e = expected
+    path = write_config(tmp_path)
+    codec = load_codec(write_codec(tmp_path / "codec"), codec_config(read_config(path), path))
+    with torch.no_grad():
+        codes, quantized = codec.quantize(e["codec.feats"])
+        emb = codec.vq2emb(e["codec.codes_in"])
+    assert torch.equal(codes, e["codec.codes"])
+    assert torch.equal(quantized, e["codec.quantized"])
+    assert torch.equal(emb, e["codec.emb"])
+
+
+def test_campplus_equals_upstream(tmp_path, expected):
+    widths = {k: v for k, v in CAMPPLUS.items() if k not in ("feat_dim", "embedding_size")}
+    model = load_campplus(write_campplus(tmp_path), **widths)
+    with torch.no_grad():
+        assert torch.equal(model(expected["campplus.feat"]), expected["campplus.style"])

@@ -58,6 +58,7 @@ CONFIG = {
     "version": 2.0,
 }
 
+CAMPPLUS = {"feat_dim": 80, "embedding_size": 192, "growth_rate": 8, "bn_size": 2, "init_channels": 16}
 BIGVGAN = {"resblock": "1", "num_mels": 80, "upsample_rates": [4, 2], "upsample_kernel_sizes": [8, 4],
            "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7], "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5]],
            "activation": "snakebeta", "snake_logscale": True, "use_tanh_at_final": False, "use_bias_at_final": False,
@@ -77,7 +78,16 @@ def seeded_tensor(key: str, shape: tuple[int, ...], seed: int = SEED) -> torch.T
 
 
 def seeded_state(shapes: dict[str, list[int]], seed: int = SEED) -> dict[str, torch.Tensor]:
-    return {k: seeded_tensor(k, tuple(s), seed) for k, s in sorted(shapes.items())}
+    """Seeded tensors; BatchNorm statistics kept valid (positive variances, a step count)."""
+    state = {}
+    for k, s in sorted(shapes.items()):
+        if k.endswith("num_batches_tracked"):
+            state[k] = torch.tensor(1000)
+        elif k.endswith("running_var"):
+            state[k] = 1.0 + seeded_tensor(k, tuple(s), seed).abs()
+        else:
+            state[k] = seeded_tensor(k, tuple(s), seed)
+    return state
 
 
 def keys() -> dict[str, dict[str, list[int]]]:
@@ -115,3 +125,20 @@ def write_bigvgan(folder: Path) -> Path:
     torch.save({"generator": state}, folder / "bigvgan_generator.pt")
     (folder / "config.json").write_text(json.dumps(BIGVGAN))
     return folder
+
+
+def write_campplus(folder: Path) -> Path:
+    """campplus_cn_common.bin at tiny widths (CAMPPLUS): a plain state dict, BatchNorm statistics included."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "campplus_cn_common.bin"
+    torch.save(seeded_state(keys()["campplus"]), path)
+    return path
+
+
+def write_codec(folder: Path) -> Path:
+    """The MaskGCT semantic codec's model.safetensors (decoder included, as published)."""
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.safetensors"
+    save_file(seeded_state(keys()["codec"]), path)
+    return path
