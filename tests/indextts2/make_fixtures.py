@@ -175,6 +175,28 @@ def campplus_fixtures(out: dict, keys: dict) -> None:
         out["campplus.style"] = model(feat)
 
 
+def w2v_bert_fixtures(out: dict, keys: dict) -> None:
+    from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig, Wav2Vec2BertModel
+
+    config = Wav2Vec2BertConfig(**{k: v for k, v in tiny.W2V_BERT.items() if k not in ("model_type", "torch_dtype")})
+    model = Wav2Vec2BertModel(config)
+    keys["w2v_bert"] = params(model)
+    fill(model, keys["w2v_bert"])
+    model.eval()
+    extract = SeamlessM4TFeatureExtractor()
+    for name, n in (("odd", 12320), ("even", 12480)):
+        wav = 0.3 * torch.randn(1, n, generator=torch.Generator().manual_seed(n))
+        inputs = extract(wav, sampling_rate=16000, return_tensors="pt")
+        out[f"w2v.wav.{name}"] = wav
+        out[f"w2v.features.{name}"] = inputs["input_features"]
+        out[f"w2v.mask.{name}"] = inputs["attention_mask"]
+        with torch.no_grad():
+            # IndexTTS2.get_emb: hidden state 17 of the model, before the stats normalisation
+            out[f"w2v.hidden17.{name}"] = model(input_features=inputs["input_features"],
+                                                attention_mask=inputs["attention_mask"],
+                                                output_hidden_states=True).hidden_states[17]
+
+
 def main(repo: Path) -> None:
     setup_upstream(repo)
     torch.set_num_threads(1)
@@ -185,6 +207,7 @@ def main(repo: Path) -> None:
     bigvgan_fixtures(out, keys)
     codec_fixtures(out, keys)
     campplus_fixtures(out, keys)
+    w2v_bert_fixtures(out, keys)
     tiny.FIXTURES.mkdir(exist_ok=True)
     (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))
     torch.save(out, tiny.FIXTURES / "outputs.pt")

@@ -12,12 +12,13 @@ import torch
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
 from mizuoto.nodes.common.bigvgan import load_bigvgan
+from mizuoto.nodes.common.w2v_bert import load_w2v_bert, seamless_features
 from mizuoto.nodes.indextts2.generate import Sampling, generate_codes
 from mizuoto.nodes.indextts2.loader import (codec_config, gpt_config, load_campplus, load_codec, load_gpt, load_s2mel,
                                             read_config, s2mel_config)
 
 from indextts2.tiny import (CAMPPLUS, FIXTURES, write_bigvgan, write_campplus, write_codec, write_config, write_gpt,
-                            write_s2mel)
+                            write_s2mel, write_w2v_bert)
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +120,14 @@ def test_campplus_equals_upstream(tmp_path, expected):
     model = load_campplus(write_campplus(tmp_path), **widths)
     with torch.no_grad():
         assert torch.equal(model(expected["campplus.feat"]), expected["campplus.style"])
+
+
+@pytest.mark.parametrize("case", ["odd", "even"])
+def test_w2v_bert_equals_transformers(tmp_path, expected, case):
+    e = expected
+    feats, mask = seamless_features(e[f"w2v.wav.{case}"])
+    assert torch.equal(feats, e[f"w2v.features.{case}"])
+    assert torch.equal(mask, e[f"w2v.mask.{case}"])
+    model = load_w2v_bert(write_w2v_bert(tmp_path / "w2v"), layers=17)
+    with torch.no_grad():
+        assert torch.equal(model(feats, mask), e[f"w2v.hidden17.{case}"])

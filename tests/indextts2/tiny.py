@@ -58,6 +58,12 @@ CONFIG = {
     "version": 2.0,
 }
 
+W2V_BERT = {"model_type": "wav2vec2-bert", "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 48,
+            "num_hidden_layers": 18, "feature_projection_input_dim": 160, "conv_depthwise_kernel_size": 5,
+            "position_embeddings_type": "relative_key", "left_max_position_embeddings": 8,
+            "right_max_position_embeddings": 2, "hidden_act": "swish", "layer_norm_eps": 1e-5, "add_adapter": True,
+            "output_hidden_size": 32, "adapter_kernel_size": 3, "adapter_stride": 2, "num_adapter_layers": 1,
+            "use_intermediate_ffn_before_adapter": False, "mask_time_prob": 0.05, "torch_dtype": "float32"}
 CAMPPLUS = {"feat_dim": 80, "embedding_size": 192, "growth_rate": 8, "bn_size": 2, "init_channels": 16}
 BIGVGAN = {"resblock": "1", "num_mels": 80, "upsample_rates": [4, 2], "upsample_kernel_sizes": [8, 4],
            "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7], "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5]],
@@ -142,3 +148,12 @@ def write_codec(folder: Path) -> Path:
     path = folder / "model.safetensors"
     save_file(seeded_state(keys()["codec"]), path)
     return path
+
+
+def write_w2v_bert(folder: Path) -> Path:
+    """A w2v-bert-2.0 folder at tiny width: config.json + model.safetensors (all 18 layers and the adapter)."""
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(seeded_state(keys()["w2v_bert"]), folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(W2V_BERT))
+    return folder
