@@ -10,6 +10,7 @@ sinusoid `pos_enc.pe`, the DiT's `input_pos` and timestep `freqs`) may be in the
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ import yaml
 from safetensors import safe_open
 
 from ...runtime.loading import CheckpointError, load_module_from_state, read_safetensors_header
+from ..common.bigvgan import BigVGAN, load_bigvgan
 from ..common.campplus import CAMPPlus
 from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle
 from ..common.dac import fold_weight_norm
+from ..common.w2v_bert import W2VBert, load_w2v_bert
 from .codec import CodecConfig, SemanticCodec
 from .gpt import ConformerConfig, GPTConfig, UnifiedVoice
 from .s2mel import S2Mel, S2MelConfig
@@ -187,8 +190,106 @@ def load_codec(path: str | Path, config: CodecConfig, dtype: torch.dtype = torch
 
 
 def load_campplus(path: str | Path, dtype: torch.dtype = torch.float32, **widths: int) -> CAMPPlus:
-    """campplus_cn_common.bin: a torch state dict (weights-only), strict."""
+    """campplus_cn_common.bin: a torch state dict (weights-only), strict. The widths are read from the
+    file's shapes (the published model: growth 32, bottleneck 4 x 32, 128 initial channels)."""
     path = Path(path)
     state = tensors(load_pickle(path), path)
+    probe = ("xvector.tdnn.linear.weight", "xvector.block1.tdnnd1.linear1.weight",
+             "xvector.block1.tdnnd1.cam_layer.linear_local.weight")
+    if not widths and all(k in state for k in probe):
+        init = state["xvector.tdnn.linear.weight"].shape[0]
+        bn = state["xvector.block1.tdnnd1.linear1.weight"].shape[0]
+        growth = state["xvector.block1.tdnnd1.cam_layer.linear_local.weight"].shape[0]
+        widths = {"init_channels": init, "growth_rate": growth, "bn_size": bn // growth}
     return load_module_from_state(lambda: CAMPPlus(feat_dim=80, embedding_size=192, **widths), state, dtype,
                                   source=path).eval()
+
+
+# ---- the model folder -------------------------------------------------------------------------------------
+
+REQUIRED = ("config.yaml", "gpt.pth", "s2mel.pth", "bpe.model", "wav2vec2bert_stats.pt",
+            "campplus/campplus_cn_common.bin", "bigvgan/config.json", "bigvgan/bigvgan_generator.pt",
+            "semantic_codec/model.safetensors", "w2v-bert-2.0/config.json", "w2v-bert-2.0/model.safetensors")
+EMOTION_FILES = ("feat1.pt", "feat2.pt")     # speaker / emotion matrices of the emotion-vector mode
+SEMANTIC_LAYER = 17                          # upstream reads w2v-bert's hidden_states[17]
+
+
+def is_model_folder(folder: Path) -> bool:
+    return all((Path(folder) / name).is_file() for name in REQUIRED)
+
+
+@dataclass
+class IndexTTS2Bundle:
+    folder: Path
+    gpt: UnifiedVoice
+    s2mel: S2Mel
+    codec: SemanticCodec
+    w2v_bert: W2VBert
+    semantic_mean: torch.Tensor
+    semantic_std: torch.Tensor
+    campplus: CAMPPlus
+    bigvgan: BigVGAN
+    mel: dict[str, Any]                       # 22.05 kHz reference mel (s2mel.preprocess_params)
+    emo_matrix: list[torch.Tensor] | None    # feat2.pt split by emo_num (8 emotions)
+    spk_matrix: list[torch.Tensor] | None    # feat1.pt split the same way
+
+
+def _stats(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    obj = load_pickle(path)
+    if not isinstance(obj, dict) or not all(isinstance(obj.get(k), torch.Tensor) for k in ("mean", "var")):
+        raise CheckpointError(f"{ENGINE}: {path}: expected {{'mean': tensor, 'var': tensor}}")
+    return obj["mean"].float(), torch.sqrt(obj["var"].float())
+
+
+def _matrices(folder: Path, data: dict[str, Any], path: Path) -> tuple[list | None, list | None]:
+    if not all((folder / f).is_file() for f in EMOTION_FILES):
+        return None, None
+    num = field(data, "emo_num", list, path)
+    out = []
+    for name in ("feat2.pt", "feat1.pt"):
+        m = load_pickle(folder / name)
+        if not isinstance(m, torch.Tensor) or m.dim() != 2 or m.shape[0] != sum(num):
+            raise CheckpointError(f"{ENGINE}: {folder / name}: expected a [{sum(num)}, width] tensor (emo_num)")
+        out.append(list(torch.split(m.float(), [int(n) for n in num])))
+    return out[0], out[1]
+
+
+def load_indextts2(folder: str | Path, dtype: torch.dtype = torch.float32) -> IndexTTS2Bundle:
+    """The published IndexTTS-2 folder plus its four external models in subfolders (see REQUIRED).
+    The GPT and w2v-bert run in `dtype`; s2mel, the codec, CAM++ and BigVGAN in float32, as upstream."""
+    folder = Path(folder)
+    for name in REQUIRED:
+        if not (folder / name).is_file():
+            raise ModelFolderError(f"{ENGINE}: {folder / name} not found")
+    path = folder / "config.yaml"
+    data = read_config(path)
+    w2v = load_w2v_bert(folder / "w2v-bert-2.0", SEMANTIC_LAYER, dtype)
+    width = w2v.config.hidden_size
+    gpt_c = replace(gpt_config(data, path), semantic_dim=width)
+    codec_c = codec_config(data, path)
+    s2mel_c = s2mel_config(data, path, gpt_c.model_dim)
+    if codec_c.hidden_size != width or s2mel_c.regulator_in != width:
+        raise CheckpointError(f"{ENGINE}: {path}: semantic_codec.hidden_size ({codec_c.hidden_size}) and "
+                              f"s2mel.length_regulator.in_channels ({s2mel_c.regulator_in}) must equal the "
+                              f"w2v-bert width ({width})")
+    mean, std = _stats(folder / "wav2vec2bert_stats.pt")
+    if mean.shape != (width,) or std.shape != (width,):
+        raise CheckpointError(f"{ENGINE}: {folder / 'wav2vec2bert_stats.pt'}: mean/var must have {width} values")
+    emo, spk = _matrices(folder, data, path)
+    spect = field(data, "s2mel.preprocess_params.spect_params", dict, path)
+    fmax = spect.get("fmax", "None")
+    mel = {"sampling_rate": field(data, "s2mel.preprocess_params.sr", int, path),
+           "n_fft": field(data, "s2mel.preprocess_params.spect_params.n_fft", int, path),
+           "hop_size": field(data, "s2mel.preprocess_params.spect_params.hop_length", int, path),
+           "win_size": field(data, "s2mel.preprocess_params.spect_params.win_length", int, path),
+           "num_mels": field(data, "s2mel.preprocess_params.spect_params.n_mels", int, path),
+           "fmin": float(spect.get("fmin", 0)), "fmax": None if fmax in ("None", None) else 8000.0}
+    bigvgan = load_bigvgan(folder / "bigvgan")
+    if bigvgan.config.num_mels != s2mel_c.in_channels or mel["num_mels"] != s2mel_c.in_channels:
+        raise CheckpointError(f"{ENGINE}: {folder / 'bigvgan' / 'config.json'}: num_mels must equal "
+                              f"s2mel.DiT.in_channels ({s2mel_c.in_channels})")
+    return IndexTTS2Bundle(
+        folder=folder, gpt=load_gpt(folder / "gpt.pth", gpt_c, dtype), s2mel=load_s2mel(folder / "s2mel.pth", s2mel_c),
+        codec=load_codec(folder / "semantic_codec" / "model.safetensors", codec_c), w2v_bert=w2v,
+        semantic_mean=mean, semantic_std=std, campplus=load_campplus(folder / "campplus" / "campplus_cn_common.bin"),
+        bigvgan=bigvgan, mel=mel, emo_matrix=emo, spk_matrix=spk)

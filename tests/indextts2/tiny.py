@@ -157,3 +157,103 @@ def write_w2v_bert(folder: Path) -> Path:
     save_file(seeded_state(keys()["w2v_bert"]), folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps(W2V_BERT))
     return folder
+
+
+# ---- a whole tiny model folder for the engine (conformance, streaming, engine tests) ----------------------
+
+E2E_WIDTH = 32        # semantic width (w2v-bert hidden size; 1024 at real size)
+BIGVGAN_E2E = {**BIGVGAN, "upsample_rates": [8, 8, 4], "upsample_kernel_sizes": [16, 16, 8],
+               "resblock_kernel_sizes": [3], "resblock_dilation_sizes": [[1, 3]], "hop_size": 256}
+CORPUS = ["HELLO WORLD", "HI THERE", "THIS IS A TEST", "SPEAK SLOWLY AND SOFTLY", "GOOD MORNING", "THANK YOU",
+          "你 好 世 界", "今 天 天 气 很 好"]
+
+
+def e2e_config() -> dict:
+    import copy
+    c = copy.deepcopy(CONFIG)
+    c["semantic_codec"]["hidden_size"] = E2E_WIDTH
+    c["s2mel"]["length_regulator"]["in_channels"] = E2E_WIDTH
+    return c
+
+
+def _shapes(module: torch.nn.Module) -> dict[str, list[int]]:
+    return {k: list(v.shape) for k, v in module.state_dict().items()}
+
+
+def write_bpe(path: Path) -> None:
+    import io
+    import sentencepiece as spm
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS * 4), model_writer=model, vocab_size=60,
+                                   model_type="bpe", character_coverage=1.0, hard_vocab_limit=False,
+                                   bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2, num_threads=1)
+    path.write_bytes(model.getvalue())
+
+
+def write_folder(root: Path) -> Path:
+    """The published layout (REQUIRED in loader.py, feat1/feat2 included) with tiny seeded weights in the
+    names and file formats upstream uses; shapes from our modules at the tiny e2e config."""
+    from mizuoto.nodes.common.bigvgan import BigVGAN, BigVGANConfig
+    from mizuoto.nodes.common.campplus import CAMPPlus
+    from mizuoto.nodes.common.w2v_bert import W2VBert, W2VBertConfig
+    from mizuoto.nodes.indextts2.codec import SemanticCodec
+    from mizuoto.nodes.indextts2.loader import codec_config, gpt_config, s2mel_config
+    from mizuoto.nodes.indextts2.gpt import UnifiedVoice
+    from mizuoto.nodes.indextts2.s2mel import S2Mel
+    from dataclasses import replace
+
+    folder = Path(root)
+    config = e2e_config()
+    path = write_config(folder, config)
+    gc = replace(gpt_config(config, path), semantic_dim=E2E_WIDTH)
+    with torch.device("meta"):
+        gpt = UnifiedVoice(gc)
+        s2mel = S2Mel(s2mel_config(config, path, gc.model_dim))
+        codec = SemanticCodec(codec_config(config, path))
+        decoder = SemanticCodec(codec_config(config, path)).encoder          # the published file has a decoder too
+        w2v = W2VBert(W2VBertConfig.from_dict(W2V_BERT), W2V_BERT["num_hidden_layers"])
+        campplus = CAMPPlus(**CAMPPLUS)
+        bigvgan = BigVGAN(BigVGANConfig.from_dict(BIGVGAN_E2E))
+    torch.save(seeded_state(_shapes(gpt)), folder / "gpt.pth")
+    net = {name: seeded_state({k[len(name) + 1:]: v for k, v in _shapes(s2mel).items() if k.startswith(name + ".")})
+           for name in ("cfm", "length_regulator", "gpt_layer")}
+    torch.save({"net": net}, folder / "s2mel.pth")
+    write_bpe(folder / "bpe.model")
+    g = torch.Generator().manual_seed(SEED)
+    torch.save({"mean": 0.1 * torch.randn(E2E_WIDTH, generator=g), "var": 1 + torch.rand(E2E_WIDTH, generator=g)},
+               folder / "wav2vec2bert_stats.pt")
+    rows = sum(CONFIG["emo_num"])
+    torch.save(torch.randn(rows, 192, generator=g), folder / "feat1.pt")
+    torch.save(0.1 * torch.randn(rows, gc.model_dim, generator=g), folder / "feat2.pt")
+    from safetensors.torch import save_file
+    (folder / "semantic_codec").mkdir()
+    codec_state = {**_shapes(codec), **{f"decoder.{k}": v for k, v in _shapes(decoder).items()}}
+    save_file(seeded_state(codec_state), folder / "semantic_codec" / "model.safetensors")
+    (folder / "w2v-bert-2.0").mkdir()
+    save_file(seeded_state(_shapes(w2v)), folder / "w2v-bert-2.0" / "model.safetensors")
+    (folder / "w2v-bert-2.0" / "config.json").write_text(json.dumps(W2V_BERT))
+    (folder / "campplus").mkdir()
+    torch.save(seeded_state(_shapes(campplus)), folder / "campplus" / "campplus_cn_common.bin")
+    (folder / "bigvgan").mkdir()
+    big = seeded_state({k: v for k, v in _shapes(bigvgan).items() if not k.endswith(".filter")})
+    from mizuoto.nodes.common.bigvgan import kaiser_sinc_filter1d
+    big.update({k: kaiser_sinc_filter1d(0.25, 0.3, 12) for k in _shapes(bigvgan) if k.endswith(".filter")})
+    torch.save({"generator": big}, folder / "bigvgan" / "bigvgan_generator.pt")
+    (folder / "bigvgan" / "config.json").write_text(json.dumps(BIGVGAN_E2E))
+    return folder
+
+
+def reference(seconds: float = 1.2, rate: int = 22050) -> torch.Tensor:
+    t = torch.arange(int(seconds * rate)) / rate
+    return 0.3 * torch.sin(2 * torch.pi * 190 * t) * (1 + torch.sin(2 * torch.pi * 3 * t)) / 2
+
+
+def conformance_case(root: Path):
+    """Cloning from a speaker reference (tests/engines_native/test_conformance.py); short decodes."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    folder = write_folder(Path(root) / "tiny")
+    return Case(folder, SpeakRequest("hi there", seed=5, reference={"waveform": reference()[None, None],
+                                                                      "sample_rate": 22050},
+                                     options={"max_mel_tokens": 12, "diffusion_steps": 3}))

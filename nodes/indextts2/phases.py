@@ -1,0 +1,279 @@
+"""IndexTTS 2 on the runtime: seven components, four phases per chunk.
+
+    engine = IndexTTS2Engine(load_indextts2(folder), manager, device="cuda")
+    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per sentence chunk
+
+Phases:
+- "conditioning" (once per request, kept in `chunk.cache`): the 22.05 kHz reference (cut to 15 s, as
+  upstream) resampled to 16 kHz with torchaudio's sinc; w2v-bert-2.0 hidden state 17, normalised by
+  wav2vec2bert_stats.pt; the semantic codec's quantized reference (S_ref); CAM++ on the Kaldi fbank (the
+  style vector); the reference mel; the GPT's conformer + perceiver speaker latents and emotion vector.
+- "gpt" (sequence): beam sampling of mel codes from the request's generator (upstream's settings), then
+  one pass over [cond][text][codes] for the latents.
+- "s2mel" (the DiT marked hot: 2 x 25 estimator calls): codec embedding of the codes + projected
+  latents -> length regulator (1.72 frames per code) -> CFM with the reference mel as prompt; the noise
+  comes from a generator seeded with the chunk's seed.
+- "vocoder": BigVGAN v2, 22.05 kHz.
+
+Modes: cloning from the speaker reference (its own emotion); emotion from a vector of eight weights
+(options happy ... calm, as upstream's `emo_vector`, scaled by `emotion_alpha`), mixed with the
+speaker's emotion through feat1.pt / feat2.pt. Not offered: a second emotion reference audio and
+emotion from text (the Qwen3 emotion model); upstream's infer_v2 exposes no duration control.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ...runtime import ModelHandle, ModelManager, RequestContext
+from ...runtime.lm.cache import peak_bytes
+from ..common.audio import resample
+from ..common.decode import frames_estimate
+from ..common.engine import Capabilities, Chunk, Engine
+from ..common.w2v_bert import seamless_features
+from ..cosyvoice.frontend import kaldi_fbank, matcha_mel
+from .generate import Sampling, generate_codes
+from .loader import IndexTTS2Bundle
+from .text import TextTokenizer
+
+SAMPLE_RATE = 22050
+MAX_REFERENCE_SECONDS = 15.0            # upstream's _load_and_cut_audio
+CODE_TO_FRAMES = 1.72                   # mel frames per semantic code (upstream's target_lengths)
+EMOTIONS = ("happy", "angry", "sad", "afraid", "disgusted", "melancholic", "surprised", "calm")
+CODES_PER_TEXT_TOKEN = 12               # estimate: ~0.5 s of 25 Hz codes per BPE piece, generous
+MB = 1 << 20
+
+
+class IndexTTS2Engine(Engine):
+    engine_id = "indextts2"
+    capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto", "en", "zh"), cloning="required",
+                                max_chunk_chars=200, reference_seconds=(0.5, 60.0), reference_rate=SAMPLE_RATE,
+                                resampler="soxr_hq")
+    PHASED = True
+    options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "num_beams": int,
+               "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
+               "max_mel_tokens": int, "diffusion_steps": int, "cfg_rate": float}
+
+    def __init__(self, bundle: IndexTTS2Bundle, manager: ModelManager, device: torch.device | str = "cpu",
+                 name: str | None = None, min_unit_bytes: int | None = None) -> None:
+        self.bundle = bundle
+        unit = {"min_unit_bytes": min_unit_bytes}
+        self.w2v = ModelHandle(bundle.w2v_bert, name="w2v-bert", kind="oneshot", **unit)
+        self.codec = ModelHandle(bundle.codec, name="semantic codec", kind="oneshot", **unit)
+        self.campplus = ModelHandle(bundle.campplus, name="speaker encoder", kind="oneshot", **unit)
+        self.gpt = ModelHandle(bundle.gpt, name="gpt", kind="sequence", **unit)
+        self.s2mel = ModelHandle(bundle.s2mel, name="s2mel", kind="oneshot", **unit)
+        self.s2mel.mark(bundle.s2mel.cfm.estimator, "hot")
+        self.vocoder = ModelHandle(bundle.bigvgan, name="vocoder", kind="oneshot", **unit)
+        super().__init__(manager, [self.gpt, self.s2mel, self.vocoder, self.w2v, self.codec, self.campplus],
+                         device, name)
+        self.tokenizer = TextTokenizer(bundle.folder / "bpe.model")
+
+    # ---- estimates ------------------------------------------------------------------------------------------
+    def features_memory(self, seconds: float) -> int:
+        """w2v-bert, the codec, CAM++ on the Kaldi fbank and the reference mel."""
+        b = self.bundle
+        w = b.w2v_bert.config
+        frames = int(seconds * 50) + 2                  # w2v-bert positions (stride-2 stacked 10 ms frames)
+        w2v = frames * (w.hidden_size * 16 + w.intermediate_size * 3) * 4 + w.num_attention_heads * frames ** 2 * 4 * 4
+        codec = frames * (b.codec.config.vocos_intermediate_dim * 3 + w.hidden_size * 6) * 4
+        fbank = int(seconds * 100) + 2
+        campplus = int(fbank * 80 * 32 * 4 * 2.5) + fbank * 512 * 4 * 2
+        mel = int(seconds * SAMPLE_RATE / 256 + 2) * (b.mel["n_fft"] + 2) * 4 * 4
+        return max(w2v, codec, campplus) + mel + frames * 160 * 4 * 4 + MB // 2
+
+    def conditioners_memory(self, seconds: float) -> int:
+        """The GPT's conformers (conv2d subsampling over the 1024-wide features) and perceivers."""
+        g = self.bundle.gpt.config
+        frames = int(seconds * 50) + 2
+        peak = 0
+        for c in (g.condition, g.emo_condition):
+            sub = (frames // 2 + 1) * ((g.semantic_dim - 1) // 2) * c.output_size * 4 * 3
+            peak = max(peak, sub + frames * c.linear_units * 4 * 4 + c.attention_heads * frames ** 2 * 4 * 4)
+        return peak + frames * g.model_dim * 4 * 8 + MB // 2
+
+    def gpt_memory(self, prompt: int, codes: int, beams: int) -> int:
+        g = self.bundle.gpt.config
+        dtype = self.bundle.gpt.mel_head.weight.dtype
+        size = torch.empty((), dtype=dtype).element_size()
+        positions = prompt + 1 + codes
+        kv = peak_bytes(2 * g.model_dim * size, g.layers, positions, rows=beams) * 2   # reorders copy the cache
+        prefill = beams * (prompt + 1) * g.model_dim * 12 * size + beams * g.heads * (prompt + 1) ** 2 * 4 * 2
+        latent = (positions + 2) * g.model_dim * 12 * size + g.heads * (positions + 2) ** 2 * 4 * 2
+        logits = beams * g.number_mel_codes * 4 * 4
+        return kv + prefill + latent + logits + MB
+
+    def s2mel_memory(self, frames: int) -> int:
+        c = self.bundle.s2mel.config
+        dit = 2 * frames * (c.hidden_dim * 8 + c.in_channels * 6 + c.style_dim) * 4
+        attention = 2 * c.num_heads * frames * frames * 4 * 3 + 2 * frames * frames * 2
+        wavenet = 2 * frames * c.wavenet_hidden * (c.wavenet_layers + 6) * 4
+        regulator = frames * (c.regulator_channels * 8 + c.regulator_in * 3) * 4
+        return dit + attention + wavenet + regulator + MB // 2
+
+    def vocoder_memory(self, frames: int) -> int:
+        c = self.bundle.bigvgan.config
+        t, ch = frames, c.upsample_initial_channel
+        widest = ch * t
+        for r in c.upsample_rates:
+            t *= r
+            ch //= 2
+            widest = max(widest, ch * t)
+        return widest * 4 * 12 + MB // 2
+
+    # ---- phases ---------------------------------------------------------------------------------------------
+    def conditioning(self, ctx: RequestContext, wav22: Tensor, chunk: Chunk) -> dict[str, Tensor]:
+        b = self.bundle
+        wav22 = wav22.float()[: int(MAX_REFERENCE_SECONDS * SAMPLE_RATE)]
+        wav16 = resample(wav22, SAMPLE_RATE, 16000, "torchaudio_sinc")
+        weights = self.emotion_weights(chunk)
+
+        def features() -> dict[str, Tensor]:
+            with torch.inference_mode():
+                feats, mask = seamless_features(wav16)
+                dev, dtype = self.w2v.device, b.w2v_bert.feature_projection.projection.weight.dtype
+                hidden = b.w2v_bert(feats.to(dev, dtype), mask.to(dev)).float()
+                spk = (hidden - b.semantic_mean.to(hidden.device)) / b.semantic_std.to(hidden.device)
+                _, s_ref = b.codec.quantize(spk.to(self.codec.device))
+                fbank = kaldi_fbank(wav16)
+                fbank = fbank - fbank.mean(dim=0, keepdim=True)
+                style = b.campplus(fbank[None].to(self.campplus.device)).float().cpu()
+                return {"spk": spk.cpu(), "s_ref": s_ref.float().cpu(), "style": style,
+                        "ref_mel": matcha_mel(wav22, **b.mel)[None].float()}
+
+        def conditioners(spk: Tensor, style: Tensor) -> dict[str, Tensor]:
+            with torch.inference_mode():
+                dev, dtype = self.gpt.device, b.gpt.mel_head.weight.dtype
+                x = spk.to(dev, dtype)
+                lengths = torch.tensor([x.shape[1]], device=dev)
+                latents = b.gpt.speaker_latents(x, lengths)
+                emovec = b.gpt.merge_emotion(x, lengths, x, lengths, 1.0).float().cpu()
+                if weights is not None:
+                    emovec = self.mix_emotion(emovec, style, weights)
+                return {"latents": latents.cpu(), "emovec": emovec}
+
+        seconds = wav22.numel() / SAMPLE_RATE
+        out = ctx.run("conditioning", [self.w2v, self.codec, self.campplus], features,
+                      memory=self.features_memory(seconds))
+        out.update(ctx.run("conditioning", [self.gpt], lambda: conditioners(out.pop("spk"), out["style"]),
+                           memory=self.conditioners_memory(seconds)))
+        return out
+
+    def emotion_weights(self, chunk: Chunk) -> Tensor | None:
+        """Upstream's emo_vector from the options (eight weights), scaled by emotion_alpha as upstream does."""
+        given = {k: float(chunk.options[k]) for k in EMOTIONS if k in chunk.options}
+        if not given:
+            return None
+        if self.bundle.emo_matrix is None:
+            raise ValueError(f"IndexTTS 2: emotion weights need feat1.pt and feat2.pt in {self.bundle.folder}")
+        vec = [given.get(k, 0.0) for k in EMOTIONS]
+        if any(not math.isfinite(v) or v < 0 for v in vec):
+            raise ValueError(f"IndexTTS 2: emotion weights must be finite and >= 0, got {given}")
+        scale = max(0.0, min(1.0, float(chunk.options.get("emotion_alpha", 1.0))))
+        if scale != 1.0:
+            vec = [int(x * scale * 10000) / 10000 for x in vec]
+        return torch.tensor(vec)
+
+    def mix_emotion(self, emovec: Tensor, style: Tensor, weights: Tensor) -> Tensor:
+        """emovec_mat + (1 - sum(w)) emovec, the matrix rows picked by cosine similarity to the style."""
+        b = self.bundle
+        rows = []
+        for emo, spk in zip(b.emo_matrix, b.spk_matrix):
+            index = torch.argmax(F.cosine_similarity(style.float(), spk.float(), dim=1))
+            rows.append(emo[index].unsqueeze(0))
+        mat = torch.sum(weights.unsqueeze(1) * torch.cat(rows, 0), 0).unsqueeze(0)
+        return mat + (1 - torch.sum(weights)) * emovec
+
+    def sampling(self, chunk: Chunk) -> Sampling:
+        o = chunk.options
+        s = Sampling(num_beams=int(o.get("num_beams", 3)), temperature=float(o.get("temperature", 0.8)),
+                     top_p=float(o.get("top_p", 0.8)), top_k=int(o.get("top_k", 30)),
+                     repetition_penalty=float(o.get("repetition_penalty", 10.0)),
+                     max_mel_tokens=int(o.get("max_mel_tokens", 1500)))
+        if s.num_beams < 2 or s.temperature <= 0 or not 0 < s.top_p <= 1 or s.top_k < 0 or s.max_mel_tokens < 1 \
+                or s.repetition_penalty <= 0:
+            raise ValueError(f"IndexTTS 2: invalid sampling options {dict(o)} (num_beams >= 2, temperature > 0, "
+                             f"0 < top_p <= 1, top_k >= 0, repetition_penalty > 0, max_mel_tokens >= 1)")
+        return s
+
+    def codes(self, ctx: RequestContext, cond: dict[str, Tensor], text: Tensor, s: Sampling,
+              progress: Any) -> tuple[list[int], Tensor]:
+        gpt = self.bundle.gpt
+
+        def step(done: int, total: int) -> None:
+            ctx.check_cancelled()
+            if progress is not None:
+                progress(done, total)
+
+        def run() -> tuple[list[int], Tensor]:
+            with torch.inference_mode():
+                dev, dtype = self.gpt.device, gpt.mel_head.weight.dtype
+                conds = gpt.conditioning(cond["latents"].to(dev, dtype), cond["emovec"].to(dev, dtype))
+                ids = text.to(dev)
+                codes, _ = generate_codes(gpt, gpt.prompt(conds, ids), s, ctx.generator, check=ctx.check_cancelled,
+                                          progress=step)
+                if not codes:
+                    return codes, torch.zeros(1, 0, gpt.config.model_dim)
+                latent = gpt.latent(conds, ids, torch.tensor(codes, dtype=torch.long, device=dev))
+                return codes, latent.float().cpu()
+
+        prompt = cond["latents"].shape[1] + 2 + text.numel() + 2
+        expected = frames_estimate(text.numel(), CODES_PER_TEXT_TOKEN, s.max_mel_tokens)
+        return ctx.run("gpt", [self.gpt], run, memory=self.gpt_memory(prompt, expected, s.num_beams),
+                       generators=(ctx.generator,))
+
+    def mel(self, ctx: RequestContext, cond: dict[str, Tensor], codes: list[int], latent: Tensor, chunk: Chunk) -> Tensor:
+        b = self.bundle
+        steps = int(chunk.options.get("diffusion_steps", 25))
+        rate = float(chunk.options.get("cfg_rate", 0.7))
+        if steps < 1 or not 0 <= rate <= 10:
+            raise ValueError(f"IndexTTS 2: diffusion_steps must be >= 1 and cfg_rate in [0, 10], got {steps}, {rate}")
+        ref_frames = cond["ref_mel"].shape[2]
+        target = int(len(codes) * CODE_TO_FRAMES)
+        noise = torch.randn(1, b.s2mel.config.in_channels, ref_frames + target,
+                            generator=torch.Generator().manual_seed(chunk.seed))
+
+        def run() -> Tensor:
+            with torch.inference_mode():
+                dev = self.s2mel.device
+                s = b.codec.vq2emb(torch.tensor([codes], device=self.codec.device)).to(dev)
+                s = s + b.s2mel.gpt_layer(latent.to(dev))
+                lr = b.s2mel.length_regulator
+                cond_mu = lr(s, (torch.tensor([len(codes)], device=dev) * CODE_TO_FRAMES).long())
+                prompt = lr(cond["s_ref"].to(dev), torch.tensor([ref_frames], device=dev))
+                mu = torch.cat([prompt, cond_mu], dim=1)
+                out = b.s2mel.cfm(mu, cond["ref_mel"].to(dev), cond["style"].to(dev), noise.to(dev), steps=steps,
+                                  cfg_rate=rate, callback=lambda *_: ctx.check_cancelled())
+                return out[:, :, ref_frames:].float().cpu()
+
+        return ctx.run("s2mel", [self.s2mel, self.codec], run, memory=self.s2mel_memory(ref_frames + target))
+
+    def vocode(self, ctx: RequestContext, mel: Tensor) -> Tensor:
+        def run() -> Tensor:
+            with torch.inference_mode():
+                return self.bundle.bigvgan(mel.to(self.vocoder.device)).float().cpu()[0, 0]
+
+        return ctx.run("vocoder", [self.vocoder], run, memory=self.vocoder_memory(mel.shape[2]))
+
+    # ---- one chunk -------------------------------------------------------------------------------------------
+    def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        if chunk.reference is None:
+            raise ValueError("IndexTTS 2 needs reference audio")
+        if "cond" not in chunk.cache:
+            chunk.cache["cond"] = self.conditioning(ctx, chunk.reference.wav, chunk)
+        cond = chunk.cache["cond"]
+        ids = self.tokenizer.encode(chunk.text)
+        if not ids:
+            return torch.zeros(0)
+        n = self.bundle.gpt.config.number_text_tokens
+        if max(ids) > n:
+            raise ValueError(f"IndexTTS 2: bpe.model ids exceed the GPT's text vocabulary ({n})")
+        codes, latent = self.codes(ctx, cond, torch.tensor(ids, dtype=torch.long), self.sampling(chunk),
+                                   chunk.progress)
+        if not codes:
+            return torch.zeros(0)
+        return self.vocode(ctx, self.mel(ctx, cond, codes, latent, chunk))
