@@ -197,6 +197,47 @@ def w2v_bert_fixtures(out: dict, keys: dict) -> None:
                                                 output_hidden_states=True).hidden_states[17]
 
 
+REAL_W2V_BERT = {"hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096, "num_hidden_layers": 24,
+                 "feature_projection_input_dim": 160, "conv_depthwise_kernel_size": 31,
+                 "position_embeddings_type": "relative_key", "left_max_position_embeddings": 64,
+                 "right_max_position_embeddings": 8, "add_adapter": True, "output_hidden_size": 1024,
+                 "adapter_kernel_size": 3, "adapter_stride": 2, "num_adapter_layers": 1}
+
+
+def real_structure(repo: Path) -> dict:
+    """Every parameter name and shape of upstream's modules built on meta from the published config.yaml
+    (checkpoints/config.yaml of the repository's history), weight-norm pairs folded to one weight."""
+    import yaml
+    from omegaconf import OmegaConf
+    from indextts.gpt.model_v2 import UnifiedVoice
+    from indextts.s2mel.modules.commons import MyModel
+    from indextts.codec.maskgct_codec import build_semantic_codec
+    from indextts.s2mel.modules.campplus.DTDNN import CAMPPlus
+    from transformers import Wav2Vec2BertConfig, Wav2Vec2BertModel
+
+    path = repo / "checkpoints" / "config.yaml"
+    cfg = OmegaConf.create(yaml.safe_load(path.read_text()))
+
+    def shapes(module: torch.nn.Module) -> dict[str, list[int]]:
+        out = {}
+        for k, v in module.named_parameters():
+            if k.endswith("weight_g"):
+                continue
+            out[k[:-len("_v")] if k.endswith("weight_v") else k] = list(v.shape)
+        return out
+
+    with torch.device("meta"):
+        gpt = UnifiedVoice(**cfg.gpt)
+        s2mel = MyModel(cfg.s2mel, use_gpt_latent=True)
+        codec = build_semantic_codec(cfg.semantic_codec)
+        campplus = CAMPPlus(feat_dim=80, embedding_size=192)
+        w2v = Wav2Vec2BertModel(Wav2Vec2BertConfig(**REAL_W2V_BERT))
+    return {"config": yaml.safe_load(path.read_text()), "w2v_bert": REAL_W2V_BERT,
+            "gpt": shapes(gpt), "s2mel": {n: shapes(s2mel.models[n]) for n in ("cfm", "length_regulator", "gpt_layer")},
+            "codec": shapes(codec), "campplus": {k: list(v.shape) for k, v in campplus.state_dict().items()},
+            "w2v_bert_params": shapes(w2v)}
+
+
 def main(repo: Path) -> None:
     setup_upstream(repo)
     torch.set_num_threads(1)
@@ -209,6 +250,7 @@ def main(repo: Path) -> None:
     campplus_fixtures(out, keys)
     w2v_bert_fixtures(out, keys)
     tiny.FIXTURES.mkdir(exist_ok=True)
+    (HERE / "real_indextts2.json").write_text(json.dumps(real_structure(repo), indent=0, sort_keys=True))
     (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))
     torch.save(out, tiny.FIXTURES / "outputs.pt")
     for k, v in out.items():
