@@ -1,0 +1,126 @@
+"""IndexTTS 2 through our loader and the Speak pipeline on a tiny folder in the published layout: errors
+name the file and field, cloning and the emotion-vector mode run, the text rules, undeclared modes refused."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import yaml
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+from mizuoto.nodes.common.checkpoint import ModelFolderError
+from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.indextts2 import ENGINE
+from mizuoto.nodes.indextts2.loader import is_model_folder, load_indextts2
+from mizuoto.nodes.indextts2.text import normalize
+from mizuoto.nodes.common.registry import LoadRequest
+from mizuoto.runtime import DeviceService, ModelManager
+from mizuoto.runtime.loading import CheckpointError
+
+from indextts2.tiny import reference, write_folder
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_folder(tmp_path_factory.mktemp("indextts2") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def engine(folder):
+    return ENGINE.build(LoadRequest("tiny", folder, torch.float32, torch.device("cpu")), ModelManager(DeviceService()))
+
+
+def request(**kw) -> SpeakRequest:
+    base = dict(text="hello world", seed=3, reference={"waveform": reference()[None, None], "sample_rate": 22050},
+                options={"max_mel_tokens": 10, "diffusion_steps": 2})
+    base.update(kw)
+    return SpeakRequest(**base)
+
+
+def copy(folder, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(folder, dst)
+    return dst
+
+
+def test_folder_detection_and_a_missing_file_names_it(folder, tmp_path):
+    assert is_model_folder(folder)
+    bad = copy(folder, tmp_path)
+    (bad / "bigvgan" / "bigvgan_generator.pt").unlink()
+    assert not is_model_folder(bad)
+    with pytest.raises(ModelFolderError, match="bigvgan_generator.pt"):
+        load_indextts2(bad)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda c: c["gpt"].__setitem__("heads", "twenty"), "gpt.heads"),
+    (lambda c: c["gpt"].__setitem__("condition_type", "perceiver"), "gpt.condition_type"),
+    (lambda c: c["s2mel"]["DiT"].__setitem__("depth", 0), "depth"),
+    (lambda c: c["gpt"]["condition_module"].pop("num_blocks"), "gpt.condition_module.num_blocks"),
+])
+def test_config_errors_name_the_file_and_field(folder, tmp_path, edit, field):
+    bad = copy(folder, tmp_path)
+    config = yaml.safe_load((bad / "config.yaml").read_text())
+    edit(config)
+    (bad / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(CheckpointError, match=field) as e:
+        load_indextts2(bad)
+    assert "config.yaml" in str(e.value)
+
+
+def test_wrong_shapes_name_the_checkpoint(folder, tmp_path):
+    bad = copy(folder, tmp_path)
+    state = torch.load(bad / "gpt.pth", weights_only=True)
+    state["mel_head.weight"] = state["mel_head.weight"][:, :-1].clone()
+    torch.save(state, bad / "gpt.pth")
+    with pytest.raises(CheckpointError, match="gpt.pth.*mel_head.weight"):
+        load_indextts2(bad)
+    s2 = torch.load(folder / "s2mel.pth", weights_only=True)
+    s2["net"]["cfm"]["estimator.unexpected"] = torch.zeros(1)
+    torch.save(s2, bad / "s2mel.pth")
+    torch.save(torch.load(folder / "gpt.pth", weights_only=True), bad / "gpt.pth")
+    with pytest.raises(CheckpointError, match="s2mel.pth.*unexpected"):
+        load_indextts2(bad)
+
+
+def test_cloning_is_deterministic_for_a_seed(engine):
+    a, meta = synthesize(engine, request())
+    b, _ = synthesize(engine, request())
+    c, _ = synthesize(engine, request(seed=4))
+    assert meta["sample_rate"] == 22050 and a.dtype == torch.float32 and a.numel() > 0
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_emotion_vector_changes_the_speech_and_alpha_scales_it(engine):
+    plain, _ = synthesize(engine, request())
+    sad, _ = synthesize(engine, request(options={"max_mel_tokens": 10, "diffusion_steps": 2, "sad": 0.8}))
+    none, _ = synthesize(engine, request(options={"max_mel_tokens": 10, "diffusion_steps": 2, "sad": 0.8,
+                                                  "emotion_alpha": 0.0}))
+    assert not torch.equal(plain, sad)
+    assert not torch.equal(none, sad)
+    w = engine.emotion_weights(type("C", (), {"options": {"sad": 0.8, "calm": 0.33333, "emotion_alpha": 0.5}})())
+    assert w.tolist() == pytest.approx([0, 0, 0.4, 0, 0, 0, 0, 0.1666], abs=1e-6)
+
+
+def test_emotion_vector_needs_the_matrices(folder, tmp_path):
+    bad = copy(folder, tmp_path)
+    (bad / "feat2.pt").unlink()
+    engine = ENGINE.build(LoadRequest("tiny", bad, torch.float32, torch.device("cpu")), ModelManager(DeviceService()))
+    with pytest.raises(ValueError, match="feat1.pt and feat2.pt"):
+        synthesize(engine, request(options={"happy": 1.0}))
+
+
+def test_undeclared_modes_are_refused(engine):
+    with pytest.raises(ValueError, match="options"):
+        synthesize(engine, request(options={"emotion_text": 1.0}))
+    with pytest.raises(ValueError, match="reference_text"):
+        synthesize(engine, request(reference_text="hello"))
+    with pytest.raises(ValueError, match="num_beams"):
+        synthesize(engine, request(options={"num_beams": 1}))
+
+
+def test_text_rules():
+    assert normalize("what's this? 你好，世界。(ok)") == "WHAT IS THIS? 你 好 , 世 界 .'OK'"
+    assert normalize("a: b; c...") == "A, B, C…"
