@@ -15,10 +15,12 @@ Phases:
   comes from a generator seeded with the chunk's seed.
 - "vocoder": BigVGAN v2, 22.05 kHz.
 
-Modes: cloning from the speaker reference (its own emotion); emotion from a vector of eight weights
-(options happy ... calm, as upstream's `emo_vector`, scaled by `emotion_alpha`), mixed with the
-speaker's emotion through feat1.pt / feat2.pt. Not offered: a second emotion reference audio and
-emotion from text (the Qwen3 emotion model); upstream's infer_v2 exposes no duration control.
+Modes: cloning from the speaker reference (its own emotion); emotion from a second reference audio
+(option `emotion_reference`, a ComfyUI AUDIO dict; resampled to 16 kHz with soxr as upstream's librosa
+load, cut to 15 s), blended by `emotion_alpha` (upstream's `emo_alpha`); emotion from a vector of eight
+weights (options happy ... calm, upstream's `emo_vector`, scaled by `emotion_alpha`), mixed with the
+speaker's emotion through feat1.pt / feat2.pt (the vector wins over an emotion reference, as upstream).
+Not offered: emotion from text (the Qwen3 emotion model); upstream's infer_v2 exposes no duration control.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.audio import resample
+from ..common.audio import check_rate, check_samples, resample, to_mono
 from ..common.decode import frames_estimate
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.w2v_bert import seamless_features
@@ -54,8 +56,8 @@ class IndexTTS2Engine(Engine):
                                 max_chunk_chars=200, reference_seconds=(0.5, 60.0), reference_rate=SAMPLE_RATE,
                                 resampler="soxr_hq")
     PHASED = True
-    options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "num_beams": int,
-               "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
+    options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "emotion_reference": dict,
+               "num_beams": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
                "max_mel_tokens": int, "diffusion_steps": int, "cfg_rate": float}
 
     def __init__(self, bundle: IndexTTS2Bundle, manager: ModelManager, device: torch.device | str = "cpu",
@@ -132,36 +134,61 @@ class IndexTTS2Engine(Engine):
         wav16 = resample(wav22, SAMPLE_RATE, 16000, "torchaudio_sinc")
         weights = self.emotion_weights(chunk)
 
+        def semantic(wav: Tensor) -> Tensor:
+            feats, mask = seamless_features(wav)
+            dev, dtype = self.w2v.device, b.w2v_bert.feature_projection.projection.weight.dtype
+            hidden = b.w2v_bert(feats.to(dev, dtype), mask.to(dev)).float()
+            return (hidden - b.semantic_mean.to(hidden.device)) / b.semantic_std.to(hidden.device)
+
         def features() -> dict[str, Tensor]:
             with torch.inference_mode():
-                feats, mask = seamless_features(wav16)
-                dev, dtype = self.w2v.device, b.w2v_bert.feature_projection.projection.weight.dtype
-                hidden = b.w2v_bert(feats.to(dev, dtype), mask.to(dev)).float()
-                spk = (hidden - b.semantic_mean.to(hidden.device)) / b.semantic_std.to(hidden.device)
+                spk = semantic(wav16)
+                emo = semantic(emo16).cpu() if emo16 is not None else None
                 _, s_ref = b.codec.quantize(spk.to(self.codec.device))
                 fbank = kaldi_fbank(wav16)
                 fbank = fbank - fbank.mean(dim=0, keepdim=True)
                 style = b.campplus(fbank[None].to(self.campplus.device)).float().cpu()
-                return {"spk": spk.cpu(), "s_ref": s_ref.float().cpu(), "style": style,
+                return {"spk": spk.cpu(), "emo": emo, "s_ref": s_ref.float().cpu(), "style": style,
                         "ref_mel": matcha_mel(wav22, **b.mel)[None].float()}
 
-        def conditioners(spk: Tensor, style: Tensor) -> dict[str, Tensor]:
+        def conditioners(spk: Tensor, emo: Tensor | None, style: Tensor) -> dict[str, Tensor]:
             with torch.inference_mode():
                 dev, dtype = self.gpt.device, b.gpt.mel_head.weight.dtype
                 x = spk.to(dev, dtype)
                 lengths = torch.tensor([x.shape[1]], device=dev)
                 latents = b.gpt.speaker_latents(x, lengths)
-                emovec = b.gpt.merge_emotion(x, lengths, x, lengths, 1.0).float().cpu()
+                if emo is None:     # the speaker is its own emotion reference, alpha 1 (upstream)
+                    emovec = b.gpt.merge_emotion(x, lengths, x, lengths, 1.0)
+                else:
+                    e = emo.to(dev, dtype)
+                    emovec = b.gpt.merge_emotion(x, lengths, e, torch.tensor([e.shape[1]], device=dev), alpha)
+                emovec = emovec.float().cpu()
                 if weights is not None:
                     emovec = self.mix_emotion(emovec, style, weights)
                 return {"latents": latents.cpu(), "emovec": emovec}
 
-        seconds = wav22.numel() / SAMPLE_RATE
+        emo16 = None if weights is not None else self.emotion_reference(chunk)
+        alpha = float(chunk.options.get("emotion_alpha", 1.0))
+        seconds = max(wav22.numel() / SAMPLE_RATE, 0.0 if emo16 is None else emo16.numel() / 16000)
         out = ctx.run("conditioning", [self.w2v, self.codec, self.campplus], features,
                       memory=self.features_memory(seconds))
-        out.update(ctx.run("conditioning", [self.gpt], lambda: conditioners(out.pop("spk"), out["style"]),
+        out.update(ctx.run("conditioning", [self.gpt],
+                           lambda: conditioners(out.pop("spk"), out.pop("emo"), out["style"]),
                            memory=self.conditioners_memory(seconds)))
         return out
+
+    @staticmethod
+    def emotion_reference(chunk: Chunk) -> Tensor | None:
+        """The option `emotion_reference` ({"waveform", "sample_rate"}) as upstream loads it: 16 kHz, 15 s."""
+        ref = chunk.options.get("emotion_reference")
+        if ref is None:
+            return None
+        what = "options: emotion_reference"
+        if not isinstance(ref, dict) or "waveform" not in ref or "sample_rate" not in ref:
+            raise ValueError(f"{what}: expected an AUDIO dict with 'waveform' and 'sample_rate'")
+        rate = check_rate(ref["sample_rate"], f"{what} sample_rate")
+        wav = check_samples(to_mono(ref["waveform"], what), rate, (0.5, 600.0), what)
+        return resample(wav, rate, 16000, "soxr_hq")[: int(MAX_REFERENCE_SECONDS * 16000)]
 
     def emotion_weights(self, chunk: Chunk) -> Tensor | None:
         """Upstream's emo_vector from the options (eight weights), scaled by emotion_alpha as upstream does."""

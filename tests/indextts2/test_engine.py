@@ -124,3 +124,16 @@ def test_undeclared_modes_are_refused(engine):
 def test_text_rules():
     assert normalize("what's this? 你好，世界。(ok)") == "WHAT IS THIS? 你 好 , 世 界 .'OK'"
     assert normalize("a: b; c...") == "A, B, C…"
+
+
+def test_emotion_reference_blends_by_alpha(engine):
+    opts = {"max_mel_tokens": 10, "diffusion_steps": 2}
+    t = torch.arange(20000) / 16000
+    emo = {"waveform": (0.2 * torch.sin(2 * torch.pi * 330 * t))[None, None], "sample_rate": 16000}
+    plain, _ = synthesize(engine, request())
+    full, _ = synthesize(engine, request(options={**opts, "emotion_reference": emo}))
+    none, _ = synthesize(engine, request(options={**opts, "emotion_reference": emo, "emotion_alpha": 0.0}))
+    assert not torch.equal(plain, full)
+    assert torch.equal(plain, none)          # base + 0 * (emo - base): the speaker's own emotion, as upstream
+    with pytest.raises(ValueError, match="emotion_reference"):
+        synthesize(engine, request(options={**opts, "emotion_reference": {"waveform": torch.zeros(1, 1, 10)}}))
