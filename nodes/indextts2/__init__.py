@@ -39,7 +39,8 @@ ENGINE = EngineSpec(
         ),
     },
     precisions=("fp32", "fp16", "bf16"),
-    description="IndexTTS 2: zero-shot voice cloning from a speaker reference, with emotion from eight weights "
-                "(options happy ... calm, emotion_alpha); 22.05 kHz. Licence: " + LICENSE,
+    description="IndexTTS 2: zero-shot voice cloning from a speaker reference, with emotion from a second "
+                "reference (option emotion_reference) or eight weights (options happy ... calm), blended by "
+                "emotion_alpha; 22.05 kHz. Licence: " + LICENSE,
     license=LICENSE,
 )
