@@ -25,6 +25,7 @@ from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle
 from ..common.dac import fold_weight_norm
 from ..common.w2v_bert import W2VBert, load_w2v_bert
 from .codec import CodecConfig, SemanticCodec
+from .emotion import EmotionModel, load_emotion_model
 from .gpt import ConformerConfig, GPTConfig, UnifiedVoice
 from .s2mel import S2Mel, S2MelConfig
 
@@ -212,6 +213,7 @@ REQUIRED = ("config.yaml", "gpt.pth", "s2mel.pth", "bpe.model", "wav2vec2bert_st
             "semantic_codec/model.safetensors", "w2v-bert-2.0/config.json", "w2v-bert-2.0/model.safetensors")
 EMOTION_FILES = ("feat1.pt", "feat2.pt")     # speaker / emotion matrices of the emotion-vector mode
 SEMANTIC_LAYER = 17                          # upstream reads w2v-bert's hidden_states[17]
+EMOTION_MODEL = "qwen0.6bemo4-merge"         # config.yaml's qwen_emo_path: the emotion-from-text model
 
 
 def is_model_folder(folder: Path) -> bool:
@@ -232,6 +234,7 @@ class IndexTTS2Bundle:
     mel: dict[str, Any]                       # 22.05 kHz reference mel (s2mel.preprocess_params)
     emo_matrix: list[torch.Tensor] | None    # feat2.pt split by emo_num (8 emotions)
     spk_matrix: list[torch.Tensor] | None    # feat1.pt split the same way
+    emotion_model: EmotionModel | None       # qwen0.6bemo4-merge/ (emotion from text), when present
 
 
 def _stats(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -292,4 +295,5 @@ def load_indextts2(folder: str | Path, dtype: torch.dtype = torch.float32) -> In
         folder=folder, gpt=load_gpt(folder / "gpt.pth", gpt_c, dtype), s2mel=load_s2mel(folder / "s2mel.pth", s2mel_c),
         codec=load_codec(folder / "semantic_codec" / "model.safetensors", codec_c), w2v_bert=w2v,
         semantic_mean=mean, semantic_std=std, campplus=load_campplus(folder / "campplus" / "campplus_cn_common.bin"),
-        bigvgan=bigvgan, mel=mel, emo_matrix=emo, spk_matrix=spk)
+        bigvgan=bigvgan, mel=mel, emo_matrix=emo, spk_matrix=spk,
+        emotion_model=load_emotion_model(folder / EMOTION_MODEL, dtype) if (folder / EMOTION_MODEL).is_dir() else None)

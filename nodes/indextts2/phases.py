@@ -20,7 +20,10 @@ Modes: cloning from the speaker reference (its own emotion); emotion from a seco
 load, cut to 15 s), blended by `emotion_alpha` (upstream's `emo_alpha`); emotion from a vector of eight
 weights (options happy ... calm, upstream's `emo_vector`, scaled by `emotion_alpha`), mixed with the
 speaker's emotion through feat1.pt / feat2.pt (the vector wins over an emotion reference, as upstream).
-Not offered: emotion from text (the Qwen3 emotion model); upstream's infer_v2 exposes no duration control.
+Emotion from text (option `emotion_text`): the Qwen3-0.6B emotion model of qwen0.6bemo4-merge/ reads it
+(Qwen3 chat prompt, sampling as its generation_config.json, a generator seeded with the chunk's seed) and
+upstream's parsing turns the reply into the eight weights, which then act as above (text wins over given
+weights, as upstream's use_emo_text). Upstream's infer_v2 exposes no duration control; none is offered.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from ..common.decode import frames_estimate
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.w2v_bert import seamless_features
 from ..cosyvoice.frontend import kaldi_fbank, matcha_mel
+from .emotion import after_thinking, chat_prompt, emotion_vector, generate
 from .generate import Sampling, generate_codes
 from .loader import IndexTTS2Bundle
 from .text import TextTokenizer
@@ -47,6 +51,7 @@ MAX_REFERENCE_SECONDS = 15.0            # upstream's _load_and_cut_audio
 CODE_TO_FRAMES = 1.72                   # mel frames per semantic code (upstream's target_lengths)
 EMOTIONS = ("happy", "angry", "sad", "afraid", "disgusted", "melancholic", "surprised", "calm")
 CODES_PER_TEXT_TOKEN = 12               # estimate: ~0.5 s of 25 Hz codes per BPE piece, generous
+EMOTION_MAX_TOKENS = 256               # the emotion model's reply (a short JSON object); upstream allows 32768
 MB = 1 << 20
 
 
@@ -57,6 +62,7 @@ class IndexTTS2Engine(Engine):
                                 resampler="soxr_hq")
     PHASED = True
     options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "emotion_reference": dict,
+               "emotion_text": str,
                "num_beams": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
                "max_mel_tokens": int, "diffusion_steps": int, "cfg_rate": float}
 
@@ -71,8 +77,12 @@ class IndexTTS2Engine(Engine):
         self.s2mel = ModelHandle(bundle.s2mel, name="s2mel", kind="oneshot", **unit)
         self.s2mel.mark(bundle.s2mel.cfm.estimator, "hot")
         self.vocoder = ModelHandle(bundle.bigvgan, name="vocoder", kind="oneshot", **unit)
-        super().__init__(manager, [self.gpt, self.s2mel, self.vocoder, self.w2v, self.codec, self.campplus],
-                         device, name)
+        handles = [self.gpt, self.s2mel, self.vocoder, self.w2v, self.codec, self.campplus]
+        self.emotion = None
+        if bundle.emotion_model is not None:
+            self.emotion = ModelHandle(bundle.emotion_model.lm, name="emotion model", kind="sequence", **unit)
+            handles.append(self.emotion)
+        super().__init__(manager, handles, device, name)
         self.tokenizer = TextTokenizer(bundle.folder / "bpe.model")
 
     # ---- estimates ------------------------------------------------------------------------------------------
@@ -132,7 +142,7 @@ class IndexTTS2Engine(Engine):
         b = self.bundle
         wav22 = wav22.float()[: int(MAX_REFERENCE_SECONDS * SAMPLE_RATE)]
         wav16 = resample(wav22, SAMPLE_RATE, 16000, "torchaudio_sinc")
-        weights = self.emotion_weights(chunk)
+        weights = self.emotion_weights(chunk, self.text_emotion(ctx, chunk))
 
         def semantic(wav: Tensor) -> Tensor:
             feats, mask = seamless_features(wav)
@@ -190,9 +200,40 @@ class IndexTTS2Engine(Engine):
         wav = check_samples(to_mono(ref["waveform"], what), rate, (0.5, 600.0), what)
         return resample(wav, rate, 16000, "soxr_hq")[: int(MAX_REFERENCE_SECONDS * 16000)]
 
-    def emotion_weights(self, chunk: Chunk) -> Tensor | None:
-        """Upstream's emo_vector from the options (eight weights), scaled by emotion_alpha as upstream does."""
-        given = {k: float(chunk.options[k]) for k in EMOTIONS if k in chunk.options}
+    def text_emotion(self, ctx: RequestContext, chunk: Chunk) -> dict[str, float] | None:
+        """The emotion model's eight weights for the option `emotion_text` (upstream's use_emo_text)."""
+        text = chunk.options.get("emotion_text")
+        if text is None:
+            return None
+        if not text.strip():
+            raise ValueError("options: emotion_text is empty")
+        em = self.bundle.emotion_model
+        if em is None or self.emotion is None:
+            raise ValueError(f"IndexTTS 2: emotion_text needs the emotion model in "
+                             f"{self.bundle.folder / 'qwen0.6bemo4-merge'}")
+        ids = em.tokenizer.encode(chat_prompt(text))
+        generator = torch.Generator().manual_seed(chunk.seed)
+
+        def run() -> list[int]:
+            with torch.inference_mode():
+                return generate(em.lm, ids, em.settings, generator, EMOTION_MAX_TOKENS, check=ctx.check_cancelled)
+
+        out = ctx.run("conditioning", [self.emotion], run, memory=self.emotion_memory(len(ids)),
+                      generators=(generator,))
+        return dict(zip(EMOTIONS, emotion_vector(em.tokenizer.decode(after_thinking(out)), text)))
+
+    def emotion_memory(self, prompt: int) -> int:
+        c = self.bundle.emotion_model.lm.config
+        dtype = self.bundle.emotion_model.lm.lm_head.weight.dtype
+        size = torch.empty((), dtype=dtype).element_size()
+        kv = peak_bytes(2 * c.num_key_value_heads * c.head_dim * size, c.num_hidden_layers, prompt + EMOTION_MAX_TOKENS)
+        prefill = prompt * (c.intermediate_size * 3 + c.hidden_size * 6) * size + c.num_attention_heads * prompt ** 2 * 4 * 2
+        return kv + prefill + c.vocab_size * 4 * 4 + MB // 2
+
+    def emotion_weights(self, chunk: Chunk, detected: dict[str, float] | None = None) -> Tensor | None:
+        """Upstream's emo_vector (from `detected` text emotion, else the eight options), scaled by
+        emotion_alpha as upstream does."""
+        given = detected or {k: float(chunk.options[k]) for k in EMOTIONS if k in chunk.options}
         if not given:
             return None
         if self.bundle.emo_matrix is None:

@@ -197,6 +197,27 @@ def w2v_bert_fixtures(out: dict, keys: dict) -> None:
                                                 output_hidden_states=True).hidden_states[17]
 
 
+def qwen_emotion_fixtures(out: dict, keys: dict) -> None:
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    cfg = {k: v for k, v in tiny.QWEN_EMO.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    model = Qwen3ForCausalLM(Qwen3Config(**cfg))
+    keys["qwen_emo"] = {k: list(v.shape) for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    model.load_state_dict(tiny.seeded_state(keys["qwen_emo"]), strict=False)   # lm_head is the tied embedding
+    model.tie_weights()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.eval()
+    prompt = torch.randint(0, 290, (1, 23), generator=torch.Generator().manual_seed(8))
+    out["qwen.prompt"] = prompt
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            ids = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                 generation_config=GenerationConfig(**tiny.QWEN_GENERATION, max_new_tokens=16,
+                                                                    pad_token_id=299))
+        out[f"qwen.tokens.{seed}"] = ids[0, prompt.shape[1]:]
+
+
 REAL_W2V_BERT = {"hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096, "num_hidden_layers": 24,
                  "feature_projection_input_dim": 160, "conv_depthwise_kernel_size": 31,
                  "position_embeddings_type": "relative_key", "left_max_position_embeddings": 64,
@@ -249,6 +270,7 @@ def main(repo: Path) -> None:
     codec_fixtures(out, keys)
     campplus_fixtures(out, keys)
     w2v_bert_fixtures(out, keys)
+    qwen_emotion_fixtures(out, keys)
     tiny.FIXTURES.mkdir(exist_ok=True)
     (HERE / "real_indextts2.json").write_text(json.dumps(real_structure(repo), indent=0, sort_keys=True))
     (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))

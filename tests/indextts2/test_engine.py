@@ -137,3 +137,22 @@ def test_emotion_reference_blends_by_alpha(engine):
     assert torch.equal(plain, none)          # base + 0 * (emo - base): the speaker's own emotion, as upstream
     with pytest.raises(ValueError, match="emotion_reference"):
         synthesize(engine, request(options={**opts, "emotion_reference": {"waveform": torch.zeros(1, 1, 10)}}))
+
+
+def test_emotion_text_runs_the_emotion_model(engine):
+    opts = {"max_mel_tokens": 10, "diffusion_steps": 2}
+    a, _ = synthesize(engine, request(options={**opts, "emotion_text": "so happy today"}))
+    b, _ = synthesize(engine, request(options={**opts, "emotion_text": "so happy today"}))
+    assert torch.equal(a, b) and a.numel() > 0
+    with pytest.raises(ValueError, match="emotion_text"):
+        synthesize(engine, request(options={**opts, "emotion_text": "  "}))
+
+
+def test_emotion_reply_parsing_as_upstream():
+    from mizuoto.nodes.indextts2.emotion import after_thinking, emotion_vector
+    assert emotion_vector('{"高兴": 0.8, "悲伤": 0.3}', "x") == [0.8, 0, 0.3, 0, 0, 0, 0, 0]
+    assert emotion_vector('高兴: 2.0, 愤怒: 0.1', "x") == [1.2, 0.1, 0, 0, 0, 0, 0, 0]     # regex fallback, clamped
+    assert emotion_vector('{"悲伤": 0.7}', "I feel gloomy") == [0, 0, 0, 0, 0, 0.7, 0, 0]   # melancholic swap
+    assert emotion_vector('{"emotion": "angry"}', "x") == [0, 1.0, 0, 0, 0, 0, 0, 0]
+    assert emotion_vector("nothing", "x") == [0, 0, 0, 0, 0, 0, 0, 1.0]                      # calm by default
+    assert after_thinking([1, 151668, 5, 6]) == [5, 6] and after_thinking([5]) == [5]

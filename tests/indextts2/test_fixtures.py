@@ -131,3 +131,16 @@ def test_w2v_bert_equals_transformers(tmp_path, expected, case):
     model = load_w2v_bert(write_w2v_bert(tmp_path / "w2v"), layers=17)
     with torch.no_grad():
         assert torch.equal(model(feats, mask), e[f"w2v.hidden17.{case}"])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_emotion_model_tokens_equal_transformers(tmp_path, expected, seed):
+    from mizuoto.nodes.indextts2.emotion import generate, load_emotion_model
+    from indextts2.tiny import write_qwen_emotion
+    emo = load_emotion_model(write_qwen_emotion(tmp_path / "qwen", tokenizer=True))
+    with torch.no_grad():
+        tokens = generate(emo.lm, expected["qwen.prompt"][0].tolist(), emo.settings,
+                          torch.Generator().manual_seed(seed), max_new_tokens=16)
+    ref = expected[f"qwen.tokens.{seed}"].tolist()
+    stop = next((i for i, t in enumerate(ref) if t in emo.settings.eos), None)
+    assert tokens == (ref if stop is None else ref[:stop])

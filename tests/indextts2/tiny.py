@@ -64,6 +64,11 @@ W2V_BERT = {"model_type": "wav2vec2-bert", "hidden_size": 32, "num_attention_hea
             "right_max_position_embeddings": 2, "hidden_act": "swish", "layer_norm_eps": 1e-5, "add_adapter": True,
             "output_hidden_size": 32, "adapter_kernel_size": 3, "adapter_stride": 2, "num_adapter_layers": 1,
             "use_intermediate_ffn_before_adapter": False, "mask_time_prob": 0.05, "torch_dtype": "float32"}
+QWEN_EMO = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "vocab_size": 300, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 512,
+            "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False, "torch_dtype": "float32"}
+QWEN_GENERATION = {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "eos_token_id": [298, 299]}
 CAMPPLUS = {"feat_dim": 80, "embedding_size": 192, "growth_rate": 8, "bn_size": 2, "init_channels": 16}
 BIGVGAN = {"resblock": "1", "num_mels": 80, "upsample_rates": [4, 2], "upsample_kernel_sizes": [8, 4],
            "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7], "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5]],
@@ -240,6 +245,7 @@ def write_folder(root: Path) -> Path:
     big.update({k: kaiser_sinc_filter1d(0.25, 0.3, 12) for k in _shapes(bigvgan) if k.endswith(".filter")})
     torch.save({"generator": big}, folder / "bigvgan" / "bigvgan_generator.pt")
     (folder / "bigvgan" / "config.json").write_text(json.dumps(BIGVGAN_E2E))
+    write_qwen_emotion(folder / "qwen0.6bemo4-merge")
     return folder
 
 
@@ -257,3 +263,22 @@ def conformance_case(root: Path):
     return Case(folder, SpeakRequest("hi there", seed=5, reference={"waveform": reference()[None, None],
                                                                       "sample_rate": 22050},
                                      options={"max_mel_tokens": 12, "diffusion_steps": 3}))
+
+
+def write_qwen_emotion(folder: Path, tokenizer: bool = True) -> Path:
+    """qwen0.6bemo4-merge/ at tiny size: config.json, model.safetensors (tied head left out, as published),
+    generation_config.json and, for the engine, a byte-level tokenizer.json with Qwen's chat tokens."""
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(seeded_state(keys()["qwen_emo"]), folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(QWEN_EMO))
+    (folder / "generation_config.json").write_text(json.dumps(QWEN_GENERATION))
+    if tokenizer:
+        from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+        tok = Tokenizer(models.BPE({s: i for i, s in enumerate(alphabet)}, []))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens(["<|im_start|>", "<|im_end|>", "<think>", "</think>"])
+        tok.save(str(folder / "tokenizer.json"))
+    return folder
