@@ -31,7 +31,8 @@ ENGINE = EngineSpec(
     models={
         "IndexTTS-2": (
             Download("IndexTeam/IndexTTS-2", ("config.yaml", "gpt.pth", "s2mel.pth", "bpe.model",
-                                              "wav2vec2bert_stats.pt", "feat1.pt", "feat2.pt")),
+                                              "wav2vec2bert_stats.pt", "feat1.pt", "feat2.pt",
+                                              "qwen0.6bemo4-merge/*")),
             Download("funasr/campplus", ("campplus_cn_common.bin",), into="campplus"),
             Download("nvidia/bigvgan_v2_22khz_80band_256x", ("config.json", "bigvgan_generator.pt"), into="bigvgan"),
             Download("amphion/MaskGCT", ("semantic_codec/model.safetensors",)),
@@ -40,7 +41,7 @@ ENGINE = EngineSpec(
     },
     precisions=("fp32", "fp16", "bf16"),
     description="IndexTTS 2: zero-shot voice cloning from a speaker reference, with emotion from a second "
-                "reference (option emotion_reference) or eight weights (options happy ... calm), blended by "
-                "emotion_alpha; 22.05 kHz. Licence: " + LICENSE,
+                "reference (option emotion_reference), eight weights (options happy ... calm) or text (option "
+                "emotion_text, the Qwen3 emotion model), blended by emotion_alpha; 22.05 kHz. Licence: " + LICENSE,
     license=LICENSE,
 )
