@@ -4,7 +4,6 @@ then a bounded fuzz of the Speak node."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import stat
