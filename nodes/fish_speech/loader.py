@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...runtime.loading import CheckpointError, load_module_from_state
+from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
 from ..common import checkpoint
 from ..common.checkpoint import load_pickle, state_dict
 from ..common.dac import fold_weight_norm
@@ -95,8 +95,9 @@ def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     if missing:
         raise ModelFolderError(f"Fish Speech: {folder} is missing {', '.join(missing)} (expected the upstream "
                                "layout of fishaudio/openaudio-s1-mini)")
+    raw = read_json(folder / "config.json")
     try:
-        config = FishConfig.from_dict(read_json(folder / "config.json"))
+        config = FishConfig.from_dict(raw)
     except (TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -114,7 +115,8 @@ def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     path = folder / "model.pth"
     model = load_module_from_state(
         lambda: DualARTransformer(config, tokenizer.semantic_begin_id, tokenizer.semantic_end_id),
-        lm_state(read_state(path), config.tie_word_embeddings), dtype, path).eval()
+        lm_state(read_state(path), config.tie_word_embeddings), dtype, path,
+        SizeSource(folder / "config.json", raw)).eval()
     path = folder / "codec.pth"
     state = codec_state(read_state(path))
     try:
