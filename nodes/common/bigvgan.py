@@ -10,7 +10,6 @@ are persistent buffers in the file and are loaded from it). Used by IndexTTS 2 (
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -21,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...runtime.loading import CheckpointError, load_module_from_state
-from .checkpoint import ModelFolderError, load_pickle
+from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
+from .checkpoint import ModelFolderError, load_pickle, read_json
 from .dac import fold_weight_norm
 
 
@@ -235,12 +234,14 @@ def load_bigvgan(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) 
     for path in (config_path, weights):
         if not path.is_file():
             raise ModelFolderError(f"BigVGAN: {path} not found")
+    raw = read_json(config_path, "BigVGAN")
     try:
-        config = BigVGANConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeDecodeError) as e:
+        config = BigVGANConfig.from_dict(raw)
+    except ValueError as e:
         raise CheckpointError(f"BigVGAN: {config_path}: {e}") from None
     obj = load_pickle(weights)
     if not isinstance(obj, dict) or not isinstance(obj.get("generator"), dict):
         raise CheckpointError(f"BigVGAN: {weights}: expected a dict with a 'generator' state dict")
     state = fold_weight_norm(obj["generator"])
-    return load_module_from_state(lambda: BigVGAN(config), state, dtype, source=weights).eval()
+    return load_module_from_state(lambda: BigVGAN(config), state, dtype, source=weights,
+                                  config=SizeSource(config_path, raw)).eval()

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from torch import Tensor, nn
 
-from ...runtime.loading import CheckpointError, load_module_from_state, read_safetensors_header
+from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state, read_safetensors_header
 from .checkpoint import ModelFolderError, read_json
 
 
@@ -238,8 +238,9 @@ def load_w2v_bert(folder: str | os.PathLike, layers: int, dtype: torch.dtype = t
     for path in (config_path, weights):
         if not path.is_file():
             raise ModelFolderError(f"w2v-bert-2.0: {path} not found")
+    raw = read_json(config_path, "w2v-bert-2.0")
     try:
-        config = W2VBertConfig.from_dict(read_json(config_path, "w2v-bert-2.0"))
+        config = W2VBertConfig.from_dict(raw)
     except ValueError as e:
         raise CheckpointError(f"w2v-bert-2.0: {config_path}: {e}") from None
 
@@ -254,4 +255,5 @@ def load_w2v_bert(folder: str | os.PathLike, layers: int, dtype: torch.dtype = t
             state = {k: f.get_tensor(k) for k in header if used(k)}
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise CheckpointError(f"w2v-bert-2.0: {weights}: not readable ({type(e).__name__}: {e})") from None
-    return load_module_from_state(lambda: W2VBert(config, layers), state, dtype, source=weights).eval()
+    return load_module_from_state(lambda: W2VBert(config, layers), state, dtype, source=weights,
+                                  config=SizeSource(config_path, raw)).eval()

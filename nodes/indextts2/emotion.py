@@ -177,7 +177,7 @@ class EmotionModel:
 def load_emotion_model(folder: str | Path, dtype: torch.dtype = torch.float32) -> EmotionModel:
     """qwen0.6bemo4-merge/: config.json, model.safetensors, tokenizer.json (generation_config.json optional);
     strict loading, errors name the file."""
-    from ...runtime.loading import CheckpointError, load_module
+    from ...runtime.loading import CheckpointError, SizeSource, load_module
     from ..common.checkpoint import ModelFolderError, read_json
     folder = Path(folder)
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
@@ -192,7 +192,8 @@ def load_emotion_model(folder: str | Path, dtype: torch.dtype = torch.float32) -
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"IndexTTS 2 emotion model: {folder / 'config.json'}: bad or missing field {e}") from None
     tied = bool(config.get("tie_word_embeddings", True))
-    lm = load_module(lambda: Qwen3ForCausalLM(c, tied), folder / "model.safetensors", dtype).eval()
+    lm = load_module(lambda: Qwen3ForCausalLM(c, tied), folder / "model.safetensors", dtype,
+                     SizeSource(folder / "config.json", config)).eval()
     gen_path = folder / "generation_config.json"
     gen = read_json(gen_path, "IndexTTS 2 emotion model") if gen_path.is_file() else {}
     return EmotionModel(lm, EmotionTokenizer(folder / "tokenizer.json"), GenerationSettings.from_dict(gen, config))

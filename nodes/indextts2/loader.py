@@ -18,7 +18,7 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from ...runtime.loading import CheckpointError, load_module_from_state, read_safetensors_header
+from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state, read_safetensors_header
 from ..common.bigvgan import BigVGAN, load_bigvgan
 from ..common.campplus import CAMPPlus
 from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle
@@ -44,6 +44,11 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{ENGINE}: {path} is not valid YAML ({type(e).__name__}: {str(e)[:160]})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{ENGINE}: {path} does not hold a YAML mapping")
+    dit = data.get("s2mel", {}).get("DiT") if isinstance(data.get("s2mel"), dict) else None
+    if isinstance(dit, dict) and "block_size" in dit:
+        # s2mel.DiT.block_size (8192 published) is a position count upstream never reads (it hard-codes
+        # 16384), not a block count: left out of the size checks
+        data = {**data, "s2mel": {**data["s2mel"], "DiT": {k: v for k, v in dit.items() if k != "block_size"}}}
     check_sizes(data, path, ENGINE)
     return data
 
@@ -109,13 +114,14 @@ def tensors(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     return obj
 
 
-def load_gpt(path: str | Path, config: GPTConfig, dtype: torch.dtype = torch.float32) -> UnifiedVoice:
+def load_gpt(path: str | Path, config: GPTConfig, dtype: torch.dtype = torch.float32,
+             sizes: SizeSource | None = None) -> UnifiedVoice:
     path = Path(path)
     obj = load_pickle(path)
     if isinstance(obj, dict) and "model" in obj and isinstance(obj["model"], dict):
         obj = obj["model"]      # upstream's load_checkpoint accepts a training checkpoint too
     state = without_computed(tensors(obj, path))
-    return load_module_from_state(lambda: UnifiedVoice(config), state, dtype, source=path).eval()
+    return load_module_from_state(lambda: UnifiedVoice(config), state, dtype, source=path, config=sizes).eval()
 
 
 def s2mel_config(data: dict[str, Any], path: Path, latent_dim: int) -> S2MelConfig:
@@ -152,7 +158,8 @@ def s2mel_config(data: dict[str, Any], path: Path, latent_dim: int) -> S2MelConf
     return c
 
 
-def load_s2mel(path: str | Path, config: S2MelConfig, dtype: torch.dtype = torch.float32) -> S2Mel:
+def load_s2mel(path: str | Path, config: S2MelConfig, dtype: torch.dtype = torch.float32,
+               sizes: SizeSource | None = None) -> S2Mel:
     """s2mel.pth: {"net": {name: state}} as upstream's load_checkpoint2 reads it ("module." prefixes
     dropped, weight norm folded)."""
     path = Path(path)
@@ -166,7 +173,7 @@ def load_s2mel(path: str | Path, config: S2MelConfig, dtype: torch.dtype = torch
             raise CheckpointError(f"{ENGINE}: {path}: net.{name} is missing")
         part = {k.removeprefix("module."): v for k, v in tensors(part, path).items()}
         state.update({f"{name}.{k}": v for k, v in fold_weight_norm(without_computed(part)).items()})
-    return load_module_from_state(lambda: S2Mel(config), state, dtype, source=path).eval()
+    return load_module_from_state(lambda: S2Mel(config), state, dtype, source=path, config=sizes).eval()
 
 
 def codec_config(data: dict[str, Any], path: Path) -> CodecConfig:
@@ -176,7 +183,8 @@ def codec_config(data: dict[str, Any], path: Path) -> CodecConfig:
                        vocos_intermediate_dim=f("vocos_intermediate_dim"), vocos_num_layers=f("vocos_num_layers"))
 
 
-def load_codec(path: str | Path, config: CodecConfig, dtype: torch.dtype = torch.float32) -> SemanticCodec:
+def load_codec(path: str | Path, config: CodecConfig, dtype: torch.dtype = torch.float32,
+               sizes: SizeSource | None = None) -> SemanticCodec:
     """MaskGCT's semantic_codec/model.safetensors; the decoder (never run at inference) is left out."""
     path = Path(path)
     if not path.is_file():
@@ -187,7 +195,8 @@ def load_codec(path: str | Path, config: CodecConfig, dtype: torch.dtype = torch
             state = {k: f.get_tensor(k) for k in header if not k.startswith("decoder.")}
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise CheckpointError(f"{ENGINE}: {path}: not readable ({type(e).__name__}: {e})") from None
-    return load_module_from_state(lambda: SemanticCodec(config), fold_weight_norm(state), dtype, source=path).eval()
+    return load_module_from_state(lambda: SemanticCodec(config), fold_weight_norm(state), dtype, source=path,
+                                  config=sizes).eval()
 
 
 def load_campplus(path: str | Path, dtype: torch.dtype = torch.float32, **widths: int) -> CAMPPlus:
@@ -291,9 +300,11 @@ def load_indextts2(folder: str | Path, dtype: torch.dtype = torch.float32) -> In
     if bigvgan.config.num_mels != s2mel_c.in_channels or mel["num_mels"] != s2mel_c.in_channels:
         raise CheckpointError(f"{ENGINE}: {folder / 'bigvgan' / 'config.json'}: num_mels must equal "
                               f"s2mel.DiT.in_channels ({s2mel_c.in_channels})")
+    sizes = SizeSource(path, data)
     return IndexTTS2Bundle(
-        folder=folder, gpt=load_gpt(folder / "gpt.pth", gpt_c, dtype), s2mel=load_s2mel(folder / "s2mel.pth", s2mel_c),
-        codec=load_codec(folder / "semantic_codec" / "model.safetensors", codec_c), w2v_bert=w2v,
+        folder=folder, gpt=load_gpt(folder / "gpt.pth", gpt_c, dtype, sizes),
+        s2mel=load_s2mel(folder / "s2mel.pth", s2mel_c, sizes=sizes),
+        codec=load_codec(folder / "semantic_codec" / "model.safetensors", codec_c, sizes=sizes), w2v_bert=w2v,
         semantic_mean=mean, semantic_std=std, campplus=load_campplus(folder / "campplus" / "campplus_cn_common.bin"),
         bigvgan=bigvgan, mel=mel, emo_matrix=emo, spk_matrix=spk,
         emotion_model=load_emotion_model(folder / EMOTION_MODEL, dtype) if (folder / EMOTION_MODEL).is_dir() else None)
