@@ -48,7 +48,8 @@ class BigVGANConfig:
                     upsample_initial_channel=int(h["upsample_initial_channel"]),
                     resblock_kernel_sizes=tuple(int(x) for x in h["resblock_kernel_sizes"]),
                     resblock_dilation_sizes=tuple(tuple(int(d) for d in ds) for ds in h["resblock_dilation_sizes"]),
-                    activation=str(h.get("activation", "snakebeta")), snake_logscale=bool(h.get("snake_logscale", True)),
+                    activation=str(h.get("activation", "snakebeta")),
+                    snake_logscale=bool(h.get("snake_logscale", True)),
                     use_tanh_at_final=bool(h.get("use_tanh_at_final", True)),
                     use_bias_at_final=bool(h.get("use_bias_at_final", True)), resblock=str(h.get("resblock", "1")))
         except KeyError as e:

@@ -141,7 +141,8 @@ def s2mel_config(data: dict[str, Any], path: Path, latent_dim: int) -> S2MelConf
     c = S2MelConfig(
         in_channels=f("DiT.in_channels"), hidden_dim=f("DiT.hidden_dim"), num_heads=f("DiT.num_heads"),
         depth=f("DiT.depth"), content_dim=f("DiT.content_dim"), content_codebook_size=f("DiT.content_codebook_size"),
-        style_dim=f("style_encoder.dim"), wavenet_hidden=f("wavenet.hidden_dim"), wavenet_layers=f("wavenet.num_layers"),
+        style_dim=f("style_encoder.dim"), wavenet_hidden=f("wavenet.hidden_dim"),
+        wavenet_layers=f("wavenet.num_layers"),
         wavenet_kernel=f("wavenet.kernel_size"), wavenet_dilation=f("wavenet.dilation_rate"),
         regulator_channels=f("length_regulator.channels"), regulator_in=f("length_regulator.in_channels"),
         regulator_codebook=f("length_regulator.content_codebook_size"),

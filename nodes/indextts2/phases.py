@@ -227,7 +227,8 @@ class IndexTTS2Engine(Engine):
         dtype = self.bundle.emotion_model.lm.lm_head.weight.dtype
         size = torch.empty((), dtype=dtype).element_size()
         kv = peak_bytes(2 * c.num_key_value_heads * c.head_dim * size, c.num_hidden_layers, prompt + EMOTION_MAX_TOKENS)
-        prefill = prompt * (c.intermediate_size * 3 + c.hidden_size * 6) * size + c.num_attention_heads * prompt ** 2 * 4 * 2
+        prefill = prompt * (c.intermediate_size * 3 + c.hidden_size * 6) * size
+        prefill += c.num_attention_heads * prompt ** 2 * 4 * 2
         return kv + prefill + c.vocab_size * 4 * 4 + MB // 2
 
     def emotion_weights(self, chunk: Chunk, detected: dict[str, float] | None = None) -> Tensor | None:
@@ -294,7 +295,8 @@ class IndexTTS2Engine(Engine):
         return ctx.run("gpt", [self.gpt], run, memory=self.gpt_memory(prompt, expected, s.num_beams),
                        generators=(ctx.generator,))
 
-    def mel(self, ctx: RequestContext, cond: dict[str, Tensor], codes: list[int], latent: Tensor, chunk: Chunk) -> Tensor:
+    def mel(self, ctx: RequestContext, cond: dict[str, Tensor], codes: list[int], latent: Tensor,
+            chunk: Chunk) -> Tensor:
         b = self.bundle
         steps = int(chunk.options.get("diffusion_steps", 25))
         rate = float(chunk.options.get("cfg_rate", 0.7))
