@@ -10,7 +10,8 @@ The server runs on 127.0.0.1 on a free port with `--cpu` and a temporary base di
 written into the checkout) and is stopped by its PID at the end. The pack's runtime is told to
 simulate a 26 MB device (MIZUOTO_COMPUTE_SIMULATE_VRAM_MB): the embedded voice's acoustic model
 (23.5 MB plus its working memory) then does not fit whole, so the run exercises partial placement
-and weight streaming inside ComfyUI, and the panel has real bars to show. See README.md here.
+and weight streaming inside ComfyUI, and the panel has real bars to show. The eviction test runs its own server in which ComfyUI arbitrates
+a simulated 128 MB device as its GPU (simgpu_node/). See README.md here.
 """
 from __future__ import annotations
 
