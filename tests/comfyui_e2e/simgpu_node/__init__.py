@@ -53,6 +53,8 @@ def pack_runtime():
     rt = found[0].get_runtime()
     if not rt.devices.is_simulated(SIM) or rt.device != SIM:
         raise RuntimeError(f"the pack's runtime does not simulate ComfyUI's device {SIM}: {rt.device}")
+    # Installed on every lookup: the loader node and every ComfyUI memory query make one, and the
+    # pack's placements ask ComfyUI for room (load_models_gpu -> get_free_memory) before measuring.
     rt.devices.memory(SIM).external = standin_bytes
     return rt
 
@@ -85,18 +87,16 @@ def snapshot() -> dict:
     """Both sides' view of the simulated device, for the test's accounting checks."""
     rt = pack_runtime()
     mem = rt.devices.memory(SIM)
-    ours = rt.manager.handles
-    return {
-        "capacity": mem.capacity, "used": mem.used, "peak": mem.peak, "external": mem.external(),
-        "comfy_free": mm.get_free_memory(SIM), "pack_free": rt.devices.free(SIM),
-        "standin_loaded": standin_bytes(),
-        "ours_loaded": sum(h.loaded_bytes for h in ours if h.device == SIM),
-        "ours_in_use": sum(h.in_use for h in ours),
-        "gave_up_for": {h.name: h.gave_up_for for h in ours},
-        "comfy_list": [{"type": type(lm.model).__name__, "device": str(lm.device),
-                        "loaded": lm.model.loaded_size()} for lm in mm.current_loaded_models
-                       if lm.model is not None],
-    }
+    with rt.manager.lock:  # never mid-placement
+        ours = rt.manager.handles
+        return {
+            "capacity": mem.capacity, "used": mem.used, "peak": mem.peak, "external": mem.external(),
+            "comfy_free": mm.get_free_memory(SIM), "pack_free": rt.devices.free(SIM),
+            "standin_loaded": standin_bytes(),
+            "ours_loaded": sum(h.loaded_bytes for h in ours if h.device == SIM),
+            "ours_in_use": sum(h.in_use for h in ours),
+            "gave_up_for": {h.name: h.gave_up_for for h in ours},
+        }
 
 
 class StandinModel:
@@ -113,11 +113,8 @@ class StandinModel:
     def load(self, size_mb):
         width = 1024
         with torch.device("meta"):
-            net = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(size_mb * MB // (width * width * 4))])
-        net = net.to_empty(device="cpu")
-        with torch.no_grad():
-            for p in net.parameters():
-                p.zero_()
+            layers = [nn.Linear(width, width, bias=False) for _ in range(size_mb * MB // (width * width * 4))]
+        net = nn.Sequential(*layers).to_empty(device="cpu")  # values never read: it is only loaded
         patcher = comfy.model_patcher.ModelPatcher(net, load_device=SIM, offload_device=torch.device("cpu"))
         _standins.add(patcher)
         pack_runtime()  # the stand-in's bytes count on the pack's device from now on
@@ -163,7 +160,7 @@ class SaveWaveform:
         os.makedirs(folder_paths.get_output_directory(), exist_ok=True)
         path = os.path.join(folder_paths.get_output_directory(), f"{name}.pt")
         torch.save(audio["waveform"].detach().clone(), path)
-        return {"ui": {"saved": [{"path": path, "snapshot": snapshot()}]}}
+        return {"ui": {"saved": [{"path": path}]}}
 
 
 NODE_CLASS_MAPPINGS = {"MizuotoE2EStandinModel": StandinModel, "MizuotoE2EStandinRun": StandinRun,
