@@ -136,3 +136,30 @@ def test_engine_speaks_through_the_registry(folder):
     with pytest.raises(ValueError, match="top_k"):
         with e.manager.request(seed=0) as ctx:
             e.speak_chunk(ctx, Chunk("Hi", seed=0, options={"top_k": 0}))
+
+
+# ---- the registry-driven conformance checks, on the S2 variant's case ---------------------------------------
+@pytest.fixture(scope="module")
+def engine_case(tmp_path_factory):
+    """test_conformance.py's fixture for the fish_speech engine, with the S2 folder (conformance_case_s2)."""
+    from fish_speech.tiny import conformance_case_s2
+    from mizuoto.nodes.common.pipeline import synthesize
+    from mizuoto.runtime import ModelHandle
+    case = conformance_case_s2(tmp_path_factory.mktemp("fish_s2_conformance"))
+    patch = pytest.MonkeyPatch()
+    patch.setattr(ModelHandle, "MIN_UNIT_BYTES", case.unit_bytes)
+    patch.setattr(ModelHandle, "TINY_UNIT_BYTES", case.unit_bytes // 4)
+    torch.set_num_threads(1)
+    load = LoadRequest("tiny_s2", case.folder, torch.float32, torch.device("cpu"))
+    plain, _ = synthesize(ENGINE.build(load, ModelManager(DeviceService())), case.request)
+    probe = ENGINE.build(load, ModelManager(DeviceService(simulate={"cpu": 1 << 34})))
+    assert isinstance(probe, FishS2Engine)
+    yield ENGINE, case, load, plain, [(h.size_bytes, h.min_working_set) for h in probe.handles]
+    patch.undo()
+
+
+from engines_native.test_conformance import (  # noqa: E402  (run here with the S2 case above)
+    test_an_interrupt_mid_chunk_leaves_the_runtime_clean as test_s2_conformance_interrupt,
+    test_declared_capabilities_are_honoured_and_the_rest_refused as test_s2_conformance_capabilities,
+    test_streamed_half_and_resident_equal_the_plain_run_and_estimates_cover_the_peak as test_s2_conformance_streaming,
+)

@@ -263,3 +263,18 @@ def conformance_case(root: Path):
            "sample_rate": 22050}
     return Case(folder, SpeakRequest("(excited) Hello world. The fox!", seed=9, reference=ref,
                                      reference_text="Some reference words.", options={"max_new_tokens": 8}))
+
+
+def conformance_case_s2(root: Path):
+    """The S2 variant's case (tests/fish_speech/test_s2.py runs the conformance checks on it): cloning with a
+    12-layer slow LM, speaker-tagged text with an inline [tag]."""
+    from conformance import Case
+
+    from mizuoto.nodes.common.pipeline import SpeakRequest
+    folder = write_tiny_s2(Path(root) / "tiny_s2", seed=9, text_n_layer=12, text_dim=128, text_n_head=4,
+                           text_head_dim=32, text_intermediate_size=512)
+    t = torch.arange(int(22050 * 0.6)) / 22050
+    ref = {"waveform": (0.3 * torch.sin(2 * torch.pi * 180 * t) * torch.sin(2 * torch.pi * 2 * t))[None, None],
+           "sample_rate": 22050}
+    return Case(folder, SpeakRequest("<|speaker:0|>[excited] Hello world. The fox!", seed=9, reference=ref,
+                                     reference_text="Some reference words.", options={"max_new_tokens": 8}))
