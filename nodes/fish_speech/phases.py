@@ -1,4 +1,5 @@
-"""Fish Speech (OpenAudio S1-mini) on the runtime: two components, three phases per chunk.
+"""Fish Speech (OpenAudio S1-mini; S2-Pro through FishS2Engine) on the runtime: two components, three
+phases per chunk.
 
     engine = FishSpeechEngine(load_fish_speech(folder), manager, device="cuda")
     with manager.request(seed=0) as ctx:
