@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...runtime.loading import CheckpointError, checkpoint_path, load_module_from_state, load_module_renamed
+from ...runtime.loading import (CheckpointError, SizeSource, checkpoint_path, load_module_from_state,
+                               load_module_renamed)
 from ..common import checkpoint
 from ..common.checkpoint import load_pickle, state_dict
 from ..common.dac import fold_weight_norm
@@ -111,10 +112,11 @@ class FishBundle:
         return self.tokenizer.token_id("<|im_end|>")
 
 
-def read_config(path: Path, s2: bool) -> FishConfig:
+def read_config(path: Path, s2: bool) -> tuple[FishConfig, SizeSource]:
+    """The config and, for errors naming its fields when the weights disagree, the file's data."""
+    data = read_json(path)
     try:
-        data = read_json(path)
-        return FishConfig.from_omni(data) if s2 else FishConfig.from_dict(data)
+        return (FishConfig.from_omni(data) if s2 else FishConfig.from_dict(data)), SizeSource(path, data)
     except (TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -145,7 +147,7 @@ def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     if missing:
         raise ModelFolderError(f"Fish Speech: {folder} is missing {', '.join(missing)} (expected the upstream "
                                "layout of fishaudio/openaudio-s1-mini or fishaudio/s2-pro)")
-    config = read_config(folder / "config.json", s2)
+    config, sizes = read_config(folder / "config.json", s2)
     try:
         tokenizer = HFTokenizer.from_folder(folder) if s2 else FishTokenizer.from_folder(folder)
     except ValueError as e:
@@ -161,10 +163,10 @@ def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     def build() -> DualARTransformer:
         return DualARTransformer(config, tokenizer.semantic_begin_id, tokenizer.semantic_end_id)
     if s2:
-        model = load_module_renamed(build, checkpoint_path(folder), s2_name, dtype).eval()
+        model = load_module_renamed(build, checkpoint_path(folder), s2_name, dtype, sizes).eval()
     else:
         path = folder / "model.pth"
         model = load_module_from_state(build, lm_state(read_state(path), config.tie_word_embeddings), dtype,
-                                       path).eval()
+                                       path, sizes).eval()
     codec = load_codec(folder / "codec.pth", codec_dtype)
     return FishBundle(folder, config, model, codec, tokenizer)
