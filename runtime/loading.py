@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["CheckpointError", "SizeSource", "load_module", "load_module_from_state", "read_safetensors_header"]
+__all__ = ["CheckpointError", "SizeSource", "load_module", "load_module_from_state", "load_module_renamed",
+           "read_safetensors_header"]
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 _CHUNK = 64 << 20  # bytes read per call (large reads in one call can come back short)
@@ -379,3 +380,30 @@ def _finish(module: nn.Module, dtype: torch.dtype | None, source) -> nn.Module:
         raise CheckpointError(f"{source}: {type(module).__name__} still has weights on the meta device after "
                               f"loading: {_describe(left)}")
     return module
+
+
+def load_module_renamed(factory: Callable[[], nn.Module], path: str | os.PathLike, rename: Callable[[str], str],
+                        dtype: torch.dtype | None = None, config: SizeSource | None = None) -> nn.Module:
+    """`load_module` for a checkpoint whose tensor names differ from the module's by a fixed mapping
+    (`rename(file key) -> module key`, e.g. a prefix the module does not have): each tensor is still read
+    straight from its file into place, with the same strict matching and errors (keys named as the module
+    names them, the file and `config`'s disagreeing field named as `load_module` does)."""
+    path = Path(path)
+    located = _headers(path)
+    names: dict[str, str] = {}
+    for key in located:
+        new = rename(key)
+        if new in names:
+            raise CheckpointError(f"{path}: {names[new]!r} and {key!r} both name the module's {new!r}")
+        names[new] = key
+    infos = {new: located[key][0] for new, key in names.items()}
+    with _parameters_on_meta():
+        module = factory()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"load_module_renamed: the factory returned {type(module).__name__}, not an nn.Module")
+    plan = _match(module, {key: info.shape for key, info in infos.items()}, path, config)
+    for file in sorted({located[names[key]][1] for _, key in plan}):
+        with open(file, "rb") as f:
+            for slot, key in (entry for entry in plan if located[names[entry[1]]][1] == file):
+                _place(slot, _read_into(f, infos[key], file, names[key]), dtype, names[key], file)
+    return _finish(module, dtype, path)
