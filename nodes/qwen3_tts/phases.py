@@ -8,7 +8,7 @@
 
 Phases:
 - "voice prompt" (oneshot; Base models): codec encoder -> reference codes, speaker encoder -> x-vector;
-- "talker" (sequence, graphable): talker and code predictor together, one component; the code
+- "talker" (sequence): talker and code predictor together, one component; the code
   predictor (15 forwards per frame) is marked hot so it is placed first and never streams while
   room allows; the text embedding table (151936 rows) stays on the CPU, only looked-up rows move;
 - "codec decoder" (oneshot): codes -> 24 kHz waveform in chunks of 300 frames with 25 frames of left
@@ -74,8 +74,7 @@ class Qwen3TTSEngine(Engine):
         self.capabilities = capabilities(bundle.config)
         model, codec = bundle.model, bundle.codec
         DeviceService.pin_to_cpu(model.talker.model.text_embedding)
-        self.talker = ModelHandle(model.talker, name="talker", kind="sequence", graphable=True,
-                                  min_unit_bytes=min_unit_bytes)
+        self.talker = ModelHandle(model.talker, name="talker", kind="sequence", min_unit_bytes=min_unit_bytes)
         # The code predictor runs 15 times per frame, the talker's layers once: keep it resident first.
         self.talker.mark(model.talker.code_predictor, "hot")
         self.decoder = ModelHandle(codec.decoder, name="codec decoder", kind="oneshot", min_unit_bytes=min_unit_bytes)

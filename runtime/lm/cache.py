@@ -70,10 +70,6 @@ class DynamicCache:
             self._v[layer_idx] = torch.cat([self._v[layer_idx], v], dim=_SEQ)
         return self._k[layer_idx], self._v[layer_idx]
 
-    def reset(self) -> None:
-        self._k.clear()
-        self._v.clear()
-
 
 class BufferCache:
     """Per-layer preallocated K/V buffers of `initial` positions, doubled when full."""
@@ -109,11 +105,6 @@ class BufferCache:
         v_buf[:, :, start:end].copy_(v)
         self._len[layer_idx] = end
         return k_buf[:, :, :end], v_buf[:, :, :end]
-
-    def reset(self) -> None:
-        self._k.clear()
-        self._v.clear()
-        self._len.clear()
 
 
 def _buffer(like: Tensor, capacity: int) -> Tensor:

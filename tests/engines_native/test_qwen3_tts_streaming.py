@@ -113,7 +113,7 @@ def test_fixed_part_and_units(folder):
     assert snakes and all(id(m.alpha) in fixed and id(m.beta) in fixed for m in snakes)
     books = [m for m in engine.bundle.codec.decoder.modules() if type(m).__name__ == "Codebook"]
     assert books and all(id(m.embedding_sum) in fixed for m in books)
-    assert engine.talker.graphable and engine.talker.kind == "sequence"
+    assert engine.talker.kind == "sequence"
 
 
 @pytest.mark.parametrize("text_tokens", [4, 16, 48])
