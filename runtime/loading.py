@@ -25,6 +25,7 @@ import json
 import math
 import os
 import struct
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,9 +166,11 @@ def _return_freed_heap() -> None:
     before registering them) are small enough for the heap, where other allocations land between them,
     so their freed pages stay resident: 98 MB for the Qwen3-TTS codec, beside the weights at the peak.
     """
+    if not sys.platform.startswith("linux"):
+        return
     try:
         ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (macOS, Windows, musl): their allocators differ
+    except (OSError, AttributeError):  # musl and other C libraries without it
         pass
 
 
