@@ -32,7 +32,7 @@ class ModelHandle:
     MIN_UNIT_BYTES = MIN_UNIT_BYTES
     TINY_UNIT_BYTES = TINY_UNIT_BYTES
 
-    def __init__(self, module: nn.Module, name: str, kind: str = "oneshot", *, graphable: bool = False,
+    def __init__(self, module: nn.Module, name: str, kind: str = "oneshot", *,
                  min_unit_bytes: int | None = None, tiny_unit_bytes: int | None = None) -> None:
         min_unit_bytes = self.MIN_UNIT_BYTES if min_unit_bytes is None else min_unit_bytes
         tiny_unit_bytes = self.TINY_UNIT_BYTES if tiny_unit_bytes is None else tiny_unit_bytes
@@ -43,7 +43,6 @@ class ModelHandle:
         self.module = module
         self.name = name
         self.kind = kind
-        self.graphable = graphable
         self.cap_bytes: int | None = None
         self.streamed_bytes = 0
         self.engine: str | None = None

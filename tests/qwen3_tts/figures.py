@@ -116,7 +116,11 @@ def write_06b(folder: Path) -> int:
 def rss_figure() -> None:
     # Both steps run in fresh subprocesses of this small process: a child's ru_maxrss starts at its
     # parent's RSS at fork time, so the writer (several GiB) must not be the loader's parent.
-    folder = Path(tempfile.mkdtemp()) / "qwen3-0.6b-shaped"
+    with tempfile.TemporaryDirectory() as tmp:     # 2.2 GiB: never left behind
+        _rss_figure(Path(tmp) / "qwen3-0.6b-shaped")
+
+
+def _rss_figure(folder: Path) -> None:
     t = time.time()
     subprocess.run([sys.executable, __file__, "write", str(folder)], check=True)
     nbytes = sum(p.stat().st_size for p in (folder / "model.safetensors", folder / "speech_tokenizer" / "model.safetensors"))
