@@ -134,21 +134,22 @@ class _Split:
         return id(m) in self.pinned or id(m) in self.marked_fixed
 
     def params(self, unit_module: nn.Module, streamed: set[int], skip: set[int]) -> tuple[list, list]:
-        """The weights `unit_module` would stream (not yet streamed elsewhere) and the leaves reading them."""
+        """The weights `unit_module` would stream (none in `streamed`, no leaf in `skip`) and the leaves
+        reading them."""
         inside = _subtree_ids([unit_module])
-        params, leaves = [], []
+        params, leaves, mine = [], [], set()
         for leaf in unit_module.modules():
             if self.excluded(leaf) or not is_streamable(leaf) or id(leaf) in skip:
                 continue
             own = [
                 p for p in streamable_params(leaf)
-                if p is not self.first and id(p) not in streamed
+                if p is not self.first and id(p) not in streamed and id(p) not in mine
                 and all(o in inside and o in self.readers for o in self.owners.get(id(p), ()))
             ]
             if own:
                 params += own
                 leaves.append(leaf)
-                streamed.update(id(p) for p in own)
+                mine.update(id(p) for p in own)
         return params, leaves
 
     def units(self, candidates: list[tuple[str, nn.Module]], tiny_unit_bytes: int) -> list[Unit]:
@@ -166,8 +167,8 @@ class _Split:
             params, leaves = self.params(unit_module, streamed, shared)
             nbytes = tensor_bytes(params)
             if nbytes < tiny_unit_bytes:
-                streamed.difference_update(id(p) for p in params)
                 continue
+            streamed.update(id(p) for p in params)
             units.append(Unit(name, unit_module, params, leaves, nbytes, order, hot=id(unit_module) in self.hot))
         return units
 
@@ -201,7 +202,7 @@ def _descend(module: nn.Module, split: _Split, units: list[Unit], size: int, fix
             if id(child) in holds_unit:
                 expand(child, name)
                 continue
-            nbytes = tensor_bytes(split.params(child, set(streamed), shared)[0])
+            nbytes = tensor_bytes(split.params(child, streamed, shared)[0])
             if nbytes >= tiny_unit_bytes:
                 heapq.heappush(heap, (-nbytes, next(ties), name, child))
 
