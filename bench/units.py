@@ -2,6 +2,7 @@
 and by the runtime's rule (which descends when the fixed part holds more than a quarter of the weights).
 
     python bench/units.py [--dtype bfloat16|float16|float32]
+    python bench/units.py --stream-vits     # also: transformers' VITS streamed none/half/full vs plain (~1 min)
 
 Every model is built on `meta` at real size (no weights, no download): torch's nn.Transformer (default
 config); CosyVoice 2's HiFT (a HiFi-GAN with a source module, from tests/cosyvoice/real_v2.json);
@@ -212,10 +213,36 @@ def _fmt(r: dict) -> str:
             f"{r['min_ws'] / MB:9.1f} {100 * r['min_ws'] / r['size']:5.1f} %")
 
 
+def stream_vits(dtype: torch.dtype) -> None:
+    """transformers' VitsModel at its default (mms-tts-eng) config, random weights, through the runtime on
+    the strict simulated device with every unit streamed, half-way between its minimum working set and its
+    size, and whole: each waveform compared with torch.equal to the plain model's."""
+    from transformers import VitsConfig, VitsModel
+    sys.path.insert(0, str(TESTS))
+    from runtime_helpers import run_streamed
+    torch.manual_seed(0)
+    model = VitsModel(VitsConfig()).eval().to(dtype)
+    ids = torch.randint(1, VitsConfig().vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))
+
+    def speak(m: nn.Module, ctx) -> torch.Tensor:
+        torch.manual_seed(3)  # VITS draws its noise from the global generator
+        with torch.no_grad():
+            return m(input_ids=ids).waveform
+
+    plain = speak(model, None)
+    for residency in ("none", "half", "full"):
+        out, ctx, handle, _ = run_streamed(model, speak, "oneshot", residency, working=256 * MB)
+        print(f"VITS {residency:>4}: {'exact' if torch.equal(out, plain) else 'DIFFERENT'}, "
+              f"{handle.loaded_bytes / MB:.1f} of {handle.size_bytes / MB:.1f} MB placed "
+              f"(fixed part {handle.layout.fixed_bytes / MB:.1f} MB), streamed {ctx.meta['memory']['streamed_mb']:.1f} MB")
+
+
 def main(argv: list[str] | None = None) -> list[tuple[dict, dict]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    dtype = getattr(torch, parser.parse_args(argv).dtype)
+    parser.add_argument("--stream-vits", action="store_true")
+    args = parser.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
     rows = table(dtype)
     width = max(len(b["model"]) for b, _ in rows)
     head = f"{'fixed':>7} {'units':>5} {'min ws MB':>9} {'(%)':>7}"
@@ -225,6 +252,8 @@ def main(argv: list[str] | None = None) -> list[tuple[dict, dict]]:
         print(f"{before['model']:{width}} {before['size'] / MB:9.1f}   {_fmt(before)} | {_fmt(after)}")
     print(f"\nfixed: the fixed part's share of the size; min ws: fixed part + the largest units held at once "
           f"(1 for sequence components, 2 for oneshot ones); weights in {dtype}; torch {torch.__version__}")
+    if args.stream_vits:
+        stream_vits(dtype)
     return rows
 
 
