@@ -232,9 +232,10 @@ def stream_vits(dtype: torch.dtype) -> None:
     plain = speak(model, None)
     for residency in ("none", "half", "full"):
         out, ctx, handle, _ = run_streamed(model, speak, "oneshot", residency, working=256 * MB)
+        streamed = ctx.meta["memory"]["streamed_mb"]
         print(f"VITS {residency:>4}: {'exact' if torch.equal(out, plain) else 'DIFFERENT'}, "
               f"{handle.loaded_bytes / MB:.1f} of {handle.size_bytes / MB:.1f} MB placed "
-              f"(fixed part {handle.layout.fixed_bytes / MB:.1f} MB), streamed {ctx.meta['memory']['streamed_mb']:.1f} MB")
+              f"(fixed part {handle.layout.fixed_bytes / MB:.1f} MB), streamed {streamed:.1f} MB")
 
 
 def main(argv: list[str] | None = None) -> list[tuple[dict, dict]]:

@@ -191,7 +191,8 @@ class Coupling(nn.Module):
 class HiFiResBlock(nn.Module):
     def __init__(self, ch: int, kernel: int) -> None:
         super().__init__()
-        self.convs1 = nn.ModuleList(nn.Conv1d(ch, ch, kernel, padding=d * (kernel - 1) // 2, dilation=d) for d in (1, 3, 5))
+        self.convs1 = nn.ModuleList(nn.Conv1d(ch, ch, kernel, padding=d * (kernel - 1) // 2, dilation=d)
+                                    for d in (1, 3, 5))
         self.convs2 = nn.ModuleList(nn.Conv1d(ch, ch, kernel, padding=(kernel - 1) // 2) for _ in range(3))
 
     def forward(self, x):
