@@ -220,8 +220,8 @@ class HiFiGan(nn.Module):
 
 class TinyVits(nn.Module):
     """VITS shaped (text encoder, flows, HiFi-GAN decoder with resblocks), at a size where most children
-    of its outermost lists hold under 1 MB: the outermost-list rule leaves most weights fixed (as it
-    leaves most of transformers' VitsModel at real size when its layers are smaller than a unit)."""
+    of its outermost lists hold under 1 MB: the outermost-list rule leaves 60 % of the weights fixed
+    (transformers' VitsModel at the mms-tts-eng config in bfloat16: 28.5 %, its WaveNet layers under 1 MB)."""
 
     def __init__(self, vocab: int = 64, dim: int = 128, ch: int = 64, up: int = 192) -> None:
         super().__init__()
