@@ -7,8 +7,9 @@ Rules (DESIGN.md §3):
   part, the rule descends: the largest subtrees outside every unit (holding none) become units too,
   largest first, until the fixed part is back under the share. A subtree becomes a unit when it holds
   no more streamable bytes than the largest unit of the outermost rule (so the minimum working set does
-  not grow) or is a streamable module (never split: its forward reads all of its weights); a larger one,
-  or a ModuleList/ModuleDict (no forward of its own), is replaced by its children;
+  not grow) or is a streamable module or a `WHOLE_TYPES` module (never split: its forward reads all of
+  its weights); a larger one, or a ModuleList/ModuleDict (no forward of its own), is replaced by its
+  children;
 - only weights of nn.Linear, Conv1d/2d, ConvTranspose1d/2d, nn.MultiheadAttention and classes with
   `STREAMABLE = True` stream (including their weight-norm parametrizations: legacy `weight_g/weight_v`
   and `torch.nn.utils.parametrizations` originals), because only they are read inside their own forward;
@@ -30,6 +31,9 @@ from .devices import PINNED_CPU_ATTR
 
 # nn.MultiheadAttention reads its in-projection (and its out_proj's weights) inside its own forward.
 STREAMABLE_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.MultiheadAttention)
+# Modules whose forward may read their children's weights without calling them (torch's encoder layer
+# passes its attention's and feed-forward's weights to one fused kernel in eval mode): never split.
+WHOLE_TYPES = (nn.TransformerEncoderLayer,)
 MIN_UNIT_BYTES = 1 << 20
 TINY_UNIT_BYTES = 64 << 10
 FIXED_SHARE = 0.25
@@ -210,7 +214,8 @@ def _descend(module: nn.Module, split: _Split, units: list[Unit], size: int, fix
     expand(module, "")
     while fixed > fixed_share * size and heap:
         negative, _, name, m = heapq.heappop(heap)
-        if is_streamable(m) or (-negative <= cap and not isinstance(m, (nn.ModuleList, nn.ModuleDict))):
+        if is_streamable(m) or isinstance(m, WHOLE_TYPES) or \
+                (-negative <= cap and not isinstance(m, (nn.ModuleList, nn.ModuleDict))):
             found.append((name, m))
             fixed += negative
         else:

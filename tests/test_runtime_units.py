@@ -249,6 +249,19 @@ def test_a_streamable_module_is_never_split():
     assert {"mha.in_proj_weight", "mha.out_proj.weight"} <= streamed_names(layout)
 
 
+def test_torch_encoder_layer_is_never_split():
+    """In eval mode its forward hands its children's weights to one fused kernel without calling them."""
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 8)
+            self.blocks = nn.ModuleList(block(256) for _ in range(2))   # ~0.5 MB units: the cap
+            self.post = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)  # 12 MB
+
+    layout = analyse(Head(), min_unit_bytes=256 << 10)
+    assert [u.name for u in layout.units] == ["blocks.0", "blocks.1", "post"]
+
+
 def test_nn_transformer_default_fixed_part_at_most_a_quarter():
     with torch.device("meta"):
         m = nn.Transformer()
