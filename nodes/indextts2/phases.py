@@ -272,6 +272,9 @@ class IndexTTS2Engine(Engine):
     def codes(self, ctx: RequestContext, cond: dict[str, Tensor], text: Tensor, s: Sampling,
               progress: Any) -> tuple[list[int], Tensor]:
         gpt = self.bundle.gpt
+        kind = ctx.policy.get("compute.kv_cache")
+        if kind == "static":            # an opt-in that can change numerics on GPUs: named in the output
+            ctx.meta["applied"]["kv_cache"] = "static"
 
         def step(done: int, total: int) -> None:
             ctx.check_cancelled()
@@ -283,8 +286,9 @@ class IndexTTS2Engine(Engine):
                 dev, dtype = self.gpt.device, gpt.mel_head.weight.dtype
                 conds = gpt.conditioning(cond["latents"].to(dev, dtype), cond["emovec"].to(dev, dtype))
                 ids = text.to(dev)
-                codes, _ = generate_codes(gpt, gpt.prompt(conds, ids), s, ctx.generator, check=ctx.check_cancelled,
-                                          progress=step)
+                codes, _ = generate_codes(gpt, gpt.prompt(conds, ids), s, ctx.generator,
+                                          cache_kind="static" if kind == "static" else "dynamic",
+                                          check=ctx.check_cancelled, progress=step)
                 if not codes:
                     return codes, torch.zeros(1, 0, gpt.config.model_dim)
                 latent = gpt.latent(conds, ids, torch.tensor(codes, dtype=torch.long, device=dev))

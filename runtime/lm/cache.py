@@ -70,10 +70,6 @@ class DynamicCache:
             self._v[layer_idx] = torch.cat([self._v[layer_idx], v], dim=_SEQ)
         return self._k[layer_idx], self._v[layer_idx]
 
-    def reset(self) -> None:
-        self._k.clear()
-        self._v.clear()
-
     def reorder_rows(self, order: Tensor) -> None:
         """Beam search: every layer's rows become rows `order` (index_select, as Hugging Face reorders)."""
         self._k = [k.index_select(0, order) for k in self._k]
@@ -126,11 +122,6 @@ class BufferCache:
         """[1, 1, 1, capacity] bool, True where a key is filled (for whole=True)."""
         buf = self._k[layer_idx]
         return (torch.arange(buf.shape[_SEQ], device=buf.device) < self._len[layer_idx]).view(1, 1, 1, -1)
-
-    def reset(self) -> None:
-        self._k.clear()
-        self._v.clear()
-        self._len.clear()
 
     def reorder_rows(self, order: Tensor) -> None:
         """Beam search: every layer's rows become rows `order` (the filled part is copied)."""

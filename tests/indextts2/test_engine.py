@@ -156,3 +156,13 @@ def test_emotion_reply_parsing_as_upstream():
     assert emotion_vector('{"emotion": "angry"}', "x") == [0, 1.0, 0, 0, 0, 0, 0, 0]
     assert emotion_vector("nothing", "x") == [0, 0, 0, 0, 0, 0, 0, 1.0]                      # calm by default
     assert after_thinking([1, 151668, 5, 6]) == [5, 6] and after_thinking([5]) == [5]
+
+
+def test_static_kv_cache_gives_the_same_speech_on_the_cpu(folder, engine):
+    from mizuoto.runtime import VramPolicy
+    static = ENGINE.build(LoadRequest("tiny", folder, torch.float32, torch.device("cpu")),
+                          ModelManager(DeviceService(), VramPolicy({"compute.kv_cache": "static"})))
+    a, _ = synthesize(engine, request())
+    b, meta = synthesize(static, request())
+    assert meta["applied"]["kv_cache"] == "static"
+    assert torch.equal(a, b)          # beam reordering of the preallocated buffers is exact
