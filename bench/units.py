@@ -189,12 +189,45 @@ def voxcpm(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     return [(f"VoxCPM 2 {h.name}", h) for h in e.handles]
 
 
+def indextts2(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
+    from mizuoto.nodes.common.bigvgan import BigVGAN, BigVGANConfig
+    from mizuoto.nodes.common.campplus import CAMPPlus
+    from mizuoto.nodes.common.w2v_bert import W2VBert, W2VBertConfig
+    from mizuoto.nodes.indextts2.codec import SemanticCodec
+    from mizuoto.nodes.indextts2.emotion import Qwen3ForCausalLM
+    from mizuoto.nodes.indextts2.gpt import UnifiedVoice
+    from mizuoto.nodes.indextts2.loader import SEMANTIC_LAYER, codec_config, gpt_config, s2mel_config
+    from mizuoto.nodes.indextts2.phases import IndexTTS2Engine
+    from mizuoto.nodes.indextts2.s2mel import S2Mel
+    from mizuoto.nodes.qwen3_tts.model import LMConfig
+    real = _real("indextts2/real_indextts2.json")
+    c, path = real["config"], Path("config.yaml")
+    g = gpt_config(c, path)
+    # nvidia/bigvgan_v2_22khz_80band_256x and Qwen3-0.6B (the emotion model's base) as published
+    vocoder = BigVGANConfig.from_dict({"num_mels": 80, "upsample_rates": [4, 4, 2, 2, 2, 2],
+                                       "upsample_kernel_sizes": [8, 8, 4, 4, 4, 4], "upsample_initial_channel": 1536,
+                                       "resblock_kernel_sizes": [3, 7, 11],
+                                       "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+                                       "use_tanh_at_final": False, "use_bias_at_final": False})
+    qwen = LMConfig.from_dict({"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                               "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                               "vocab_size": 151936, "rope_theta": 1000000.0})
+    with torch.device("meta"):
+        bundle = SimpleNamespace(
+            gpt=UnifiedVoice(g).to(dtype), s2mel=S2Mel(s2mel_config(c, path, g.model_dim)).to(dtype),
+            codec=SemanticCodec(codec_config(c, path)).to(dtype), campplus=CAMPPlus().to(dtype),
+            w2v_bert=W2VBert(W2VBertConfig.from_dict(real["w2v_bert"]), SEMANTIC_LAYER).to(dtype),
+            bigvgan=BigVGAN(vocoder).to(dtype), emotion_model=SimpleNamespace(lm=Qwen3ForCausalLM(qwen).to(dtype)))
+    e = IndexTTS2Engine(bundle, _manager())
+    return [(f"IndexTTS 2 {h.name}", h) for h in e.handles]
+
+
 # the models nobody here wrote, then our engines by engine id (tests check every registered engine is here)
 OTHERS: list[Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = [transformer, cosyvoice_hift, vits]
 ENGINES: dict[str, Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = {
     "hibari": hibari, "fish_speech": fish_speech, "f5_tts": f5_tts,
     "cosyvoice": lambda d: cosyvoice(d, 2) + cosyvoice(d, 3), "qwen3_tts": qwen3_tts, "omnivoice": omnivoice,
-    "voxcpm": voxcpm,
+    "voxcpm": voxcpm, "indextts2": indextts2,
 }
 
 

@@ -83,7 +83,13 @@ class IndexTTS2Engine(Engine):
             self.emotion = ModelHandle(bundle.emotion_model.lm, name="emotion model", kind="sequence", **unit)
             handles.append(self.emotion)
         super().__init__(manager, handles, device, name)
-        self.tokenizer = TextTokenizer(bundle.folder / "bpe.model")
+        self._tokenizer: TextTokenizer | None = None
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = TextTokenizer(self.bundle.folder / "bpe.model")
+        return self._tokenizer
 
     # ---- estimates ------------------------------------------------------------------------------------------
     def features_memory(self, seconds: float) -> int:
