@@ -7,6 +7,7 @@
             chinese-hubert-base/          config.json + pytorch_model.bin (or model.safetensors)
             chinese-roberta-wwm-ext-large/  config.json + pytorch_model.bin (or model.safetensors) + tokenizer.json
             sv/pretrained_eres2netv2w24s4ep4.ckpt   (v2Pro / v2ProPlus only)
+            text/cmudict.rep cmudict-fast.rep engdict-hot.rep   upstream's English lexicon (GPT_SoVITS/text/)
 
 A shared folder placed inside the model folder itself is used first. Pickles are read with
 `torch.load(weights_only=True)` only; the SoVITS file's first two bytes (a version code) and its
@@ -40,6 +41,7 @@ SHARED = "pretrained_models"
 HUBERT_DIR = "chinese-hubert-base"
 BERT_DIR = "chinese-roberta-wwm-ext-large"
 SV_FILE = "sv/pretrained_eres2netv2w24s4ep4.ckpt"
+TEXT_DIR = "text"
 V2_SYMBOLS = 732
 
 # process_ckpt.py: the first two bytes of a SoVITS file name its version ("PK": a plain torch zip, v1/v2).
@@ -61,6 +63,7 @@ class GPTSoVITS:
     speaker: ERes2NetV2 | None          # v2Pro / v2ProPlus only
     version: str
     dtype: torch.dtype
+    text_dir: Path                      # upstream's lexicon files (english.py), read on first English text
 
 
 def pair(folder: Path) -> tuple[Path, Path]:
@@ -234,4 +237,4 @@ def load_gpt_sovits(folder: Path | str, dtype: torch.dtype = torch.float32) -> G
         raise CheckpointError(f"{shared_path(folder, SV_FILE)}: the speaker model gives {speaker.out_dim}-d "
                               f"embeddings; {pth} expects {sovits.cfg.sv_dim}")
     return GPTSoVITS(t2s=t2s, sovits=sovits, hubert=hubert, bert=bert, bert_tokenizer=tokenizer, speaker=speaker,
-                     version=sovits.cfg.version, dtype=dtype)
+                     version=sovits.cfg.version, dtype=dtype, text_dir=shared_path(folder, TEXT_DIR))

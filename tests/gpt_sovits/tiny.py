@@ -31,9 +31,9 @@ from mizuoto.nodes.gpt_sovits.speaker import ERes2NetV2
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED = 1234
 
-T2S_CONFIG = {"train": {"seed": 1234}, "data": {"max_sec": 1, "pad_val": 16},
-              "model": {"vocab_size": 65, "phoneme_vocab_size": 732, "embedding_dim": 32, "hidden_dim": 32,
-                        "head": 2, "linear_units": 128, "n_layer": 2, "dropout": 0, "EOS": 64, "random_bert": 0}}
+T2S_CONFIG = {"train": {"seed": 1234}, "data": {"max_sec": 1, "pad_val": 1024},
+              "model": {"vocab_size": 1025, "phoneme_vocab_size": 732, "embedding_dim": 32, "hidden_dim": 32,
+                        "head": 2, "linear_units": 128, "n_layer": 2, "dropout": 0, "EOS": 1024, "random_bert": 0}}
 
 
 def s2_config(version: str) -> dict:
@@ -252,10 +252,31 @@ def fixture_inputs(seed: int = 11) -> dict[str, torch.Tensor]:
             "sovits.text": torch.randint(0, 732, (1, 10), generator=g)}
 
 
+# A few CMU entries in upstream's lexicon formats (cmudict.rep: 56 header lines, "WORD  PH PH"; the fast and
+# hot files: "WORD PH PH").
+LEXICON = {"HELLO": "HH AH0 L OW1", "GOOD": "G UH1 D", "DAY": "D EY1", "WORLD": "W ER1 L D",
+           "THE": "DH AH0", "QUICK": "K W IH1 K", "FOX": "F AA1 K S", "TWENTY": "T W EH1 N T IY0",
+           "ONE": "W AH1 N", "NINETEEN": "N AY1 N T IY1 N", "EIGHTY": "EY1 T IY0", "FOUR": "F AO1 R",
+           "CAT": "K AE1 T", "DOG": "D AO1 G", "TOO": "T UW1", "YOU": "Y UW1"}
+LETTERS = {"A": "AH0", "B": "B IY1", "C": "S IY1", "D": "D IY1", "E": "IY1", "F": "EH1 F", "G": "JH IY1",
+           "H": "EY1 CH", "I": "AY1", "J": "JH EY1", "K": "K EY1", "L": "EH1 L", "M": "EH1 M", "N": "EH1 N",
+           "O": "OW1", "P": "P IY1", "Q": "K Y UW1", "R": "AA1 R", "S": "EH1 S", "T": "T IY1", "U": "Y UW1",
+           "V": "V IY1", "W": "D AH1 B AH0 L Y UW0", "X": "EH1 K S", "Y": "W AY1", "Z": "Z IY1"}
+
+
+def write_lexicon(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    header = "".join(f";;; header line {i}\n" for i in range(1, 57))
+    (folder / "cmudict.rep").write_text(header + "".join(f"{w}  {p}\n" for w, p in {**LETTERS, **LEXICON}.items()))
+    (folder / "cmudict-fast.rep").write_text("WORLD W ER1 L D Z\nMIZUOTO M IH0 Z UW1 OW0 T OW0\n")
+    (folder / "engdict-hot.rep").write_text("DAY D EY2\n")
+
+
 def write_shared(root: Path, seed: int = SEED) -> Path:
     shared = Path(root) / "pretrained_models"
     if (shared / "sv").is_dir():
         return shared
+    write_lexicon(shared / "text")
     hub = shared / "chinese-hubert-base"
     hub.mkdir(parents=True, exist_ok=True)
     (hub / "config.json").write_text(json.dumps(HUBERT_CONFIG))
