@@ -544,6 +544,6 @@ def linear_spectrogram(wav: Tensor, n_fft: int, hop: int, win: int) -> Tensor:
     pad = int((n_fft - hop) / 2)
     y = F.pad(wav.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)
     window = torch.hann_window(win).to(dtype=wav.dtype, device=wav.device)
-    spec = torch.stft(y, n_fft, hop_length=hop, win_length=win, window=window, center=False, pad_mode="reflect",
-                      normalized=False, onesided=True, return_complex=False)
-    return torch.sqrt(spec.pow(2).sum(-1) + 1e-8)
+    spec = torch.view_as_real(torch.stft(y, n_fft, hop_length=hop, win_length=win, window=window, center=False,
+                                         pad_mode="reflect", normalized=False, onesided=True, return_complex=True))
+    return torch.sqrt(spec.pow(2).sum(-1) + 1e-8)     # upstream's return_complex=False layout, same values
