@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import pickletools
 import sys
-import types
 import zipfile
 from pathlib import Path
 
@@ -25,35 +24,10 @@ from torch import nn
 
 torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent
-REPO = Path(os.environ.get("GPT_SOVITS_REPO", "/work/upstream-gpt-sovits"))
-if not (REPO / "GPT_SoVITS" / "AR" / "models" / "t2s_model.py").is_file():
-    sys.exit(f"the upstream repository is not at {REPO}")
-sys.path[:0] = [str(HERE.parent), str(REPO / "GPT_SoVITS"), str(REPO), str(REPO / "GPT_SoVITS" / "eres2net")]
+sys.path.insert(0, str(HERE))
+import make_fixtures_env  # noqa: E402,F401  (upstream on sys.path, import stubs; exits without the repository)
 
-
-from transformers import BertConfig as HFBertConfig, BertForMaskedLM, HubertConfig as HFHubertConfig, HubertModel  # noqa: E402  (before the librosa stub)
-
-
-def stub(name: str, **attrs) -> None:
-    mod = types.ModuleType(name)
-    mod.__dict__.update(attrs)
-    sys.modules[name] = mod
-
-
-class _Metric(nn.Module):
-    def __init__(self, *a, **k):
-        super().__init__()
-
-
-# Only what the model files import and inference never runs.
-stub("pytorch_lightning", LightningModule=nn.Module)
-stub("torchmetrics")
-stub("torchmetrics.classification", MulticlassAccuracy=_Metric)
-stub("f5_tts")
-stub("f5_tts.model", DiT=None)
-stub("librosa")
-stub("librosa.filters", mel=None)
-
+from transformers import BertConfig as HFBertConfig, BertForMaskedLM, HubertConfig as HFHubertConfig, HubertModel  # noqa: E402
 from AR.models.t2s_model import Text2SemanticDecoder  # noqa: E402
 from module.models import SynthesizerTrn as UpSynth  # noqa: E402
 from module.mel_processing import spectrogram_torch  # noqa: E402
