@@ -6,10 +6,10 @@ and `engdict-hot.rep` (overrides), read as `read_dict_new` + `hot_reload_hot` re
 `text/` folder of a GPT-SoVITS checkout (every install has them; put them in
 `models/TTS/gpt_sovits/pretrained_models/text/`). Nothing is downloaded.
 
-Where upstream asks NLTK's part-of-speech tagger (homographs such as "read", "live") or g2p_en's neural
-predictor (words longer than three letters that are neither in the lexicon nor a possessive nor
-splittable by `wordsegment`), this front end cannot follow it: homographs take the lexicon's first
-pronunciation and such words are spelled letter by letter. Numbers: cardinals and upstream's year
+Where upstream asks NLTK's part-of-speech tagger (g2p_en's homographs such as "read", "live", "resume") or
+`wordsegment` + g2p_en's neural predictor (words longer than three letters that are neither in the lexicon
+nor a possessive), this front end cannot follow it: homographs take the lexicon's pronunciation, compounds
+are split at their hyphens / apostrophes only, and other unknown words are spelled letter by letter. Numbers: cardinals and upstream's year
 readings (1001-2999); currency, times, measurements, ordinals, decimals and fractions are not expanded.
 """
 from __future__ import annotations
@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 
 CMU_FILES = ("cmudict.rep", "cmudict-fast.rep", "engdict-hot.rep")
+# Upstream escapes these keys before joining them into one pattern: the first two are literal strings (a
+# ";" alone is not turned into ","; the character filter below drops it).
 REP_MAP = {"[;:：，；]": ",", '["’]': "'", "。": ".", "！": "!", "？": "?"}
 PUNCTUATION = ["!", "?", "…", ",", ".", "-"]
 DROPPED = (" ", "<pad>", "UW", "</s>", "<s>")           # upstream's g2p() filter (yes, unstressed "UW" too)
@@ -115,8 +117,8 @@ def expand_number(m: re.Match) -> str:
 def text_normalize(text: str) -> str:
     """english.text_normalize: the punctuation map, expend.normalize's number / accent / character rules,
     repeated punctuation collapsed."""
-    for pattern, rep in REP_MAP.items():
-        text = re.sub(pattern, rep, text)
+    for literal, rep in REP_MAP.items():
+        text = text.replace(literal, rep)
     text = re.sub(r"([0-9][0-9\,]+[0-9])", lambda m: m.group(1).replace(",", ""), text)
     text = re.sub(r"[0-9]+", expand_number, text)
     text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
@@ -160,6 +162,9 @@ def query(o_word: str, lexicon: dict[str, list[str]]) -> list[str]:
         if phones[-1] in ("S", "Z", "SH", "ZH", "CH", "JH"):
             return phones + ["AH0", "Z"]
         return phones + ["Z"]
+    parts = [p for p in re.split(r"[^a-z]+", word) if p]
+    if len(parts) > 1:            # wordsegment's split of a compound such as "eighty-four", on its separators
+        return [ph for part in parts for ph in query(part, lexicon)]
     return _spell(word, lexicon)
 
 
