@@ -5,7 +5,8 @@
             s1v3.ckpt  s2Gv2Pro.pth       the pretrained pair, or a fine-tuned `name-e15.ckpt` + `name_e8_s200.pth`
         pretrained_models/                shared by every voice (upstream's GPT_SoVITS/pretrained_models names):
             chinese-hubert-base/          config.json + pytorch_model.bin (or model.safetensors)
-            chinese-roberta-wwm-ext-large/  config.json + pytorch_model.bin (or model.safetensors) + tokenizer.json
+            chinese-roberta-wwm-ext-large/  (Chinese text only: `load_bert`; not loaded while the engine reads
+                                          English only, whose BERT features upstream sets to zeros)
             sv/pretrained_eres2netv2w24s4ep4.ckpt   (v2Pro / v2ProPlus only)
             text/cmudict.rep cmudict-fast.rep engdict-hot.rep   upstream's English lexicon (GPT_SoVITS/text/)
 
@@ -30,7 +31,7 @@ from torch import Tensor, nn
 from ...runtime.loading import CheckpointError, load_module_from_state
 from ..common.checkpoint import ModelFolderError, load_pickle, load_pickle_with_records, read_json, state_dict
 from ..common.dac import fold_weight_norm
-from .bert import SKIPPED_LAYERS, BertConfig, BertFeatures
+from .bert import BertConfig, BertFeatures
 from .hubert import Hubert, HubertConfig
 from .sovits import WEIGHT_NORMED, SoVITSConfig, SynthesizerTrn
 from .speaker import ERes2NetV2
@@ -58,8 +59,6 @@ class GPTSoVITS:
     t2s: Text2Semantic
     sovits: SynthesizerTrn
     hubert: Hubert
-    bert: BertFeatures | None           # Chinese text only; None when the folder has no RoBERTa
-    bert_tokenizer: object | None       # tokenizers.Tokenizer
     speaker: ERes2NetV2 | None          # v2Pro / v2ProPlus only
     version: str
     dtype: torch.dtype
@@ -179,6 +178,8 @@ def load_hubert(folder: Path, dtype: torch.dtype) -> Hubert:
 
 
 def load_bert(folder: Path, dtype: torch.dtype) -> tuple[BertFeatures, object]:
+    """RoBERTa features + its tokenizer (tokenizers.Tokenizer), for Chinese text (proven against upstream;
+    the Chinese front end itself is not built yet)."""
     from tokenizers import Tokenizer
     cfg = BertConfig.from_dict(read_json(folder / "config.json", ENGINE), str(folder / "config.json"))
     if not (folder / "tokenizer.json").is_file():
@@ -230,11 +231,9 @@ def load_gpt_sovits(folder: Path | str, dtype: torch.dtype = torch.float32) -> G
     sovits = load_sovits(pth, dtype)
     t2s = load_t2s(ckpt, dtype)
     hubert = load_hubert(shared_path(folder, HUBERT_DIR), dtype)
-    bert_dir = shared_path(folder, BERT_DIR)
-    bert, tokenizer = load_bert(bert_dir, dtype) if (bert_dir / "config.json").is_file() else (None, None)
     speaker = load_speaker(shared_path(folder, SV_FILE), dtype) if sovits.cfg.is_v2pro else None
     if speaker is not None and speaker.out_dim != sovits.cfg.sv_dim:
         raise CheckpointError(f"{shared_path(folder, SV_FILE)}: the speaker model gives {speaker.out_dim}-d "
                               f"embeddings; {pth} expects {sovits.cfg.sv_dim}")
-    return GPTSoVITS(t2s=t2s, sovits=sovits, hubert=hubert, bert=bert, bert_tokenizer=tokenizer, speaker=speaker,
+    return GPTSoVITS(t2s=t2s, sovits=sovits, hubert=hubert, speaker=speaker,
                      version=sovits.cfg.version, dtype=dtype, text_dir=shared_path(folder, TEXT_DIR))

@@ -13,7 +13,7 @@ import torch
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # recorded with one intra-op thread
 
-from mizuoto.nodes.gpt_sovits.loader import GPTSoVITS, load_gpt_sovits
+from mizuoto.nodes.gpt_sovits.loader import GPTSoVITS, load_bert, load_gpt_sovits
 from mizuoto.nodes.gpt_sovits.sovits import linear_spectrogram
 from mizuoto.nodes.gpt_sovits.speaker import fbank
 from mizuoto.nodes.gpt_sovits.t2s import T2SSampling, generate
@@ -66,9 +66,15 @@ def test_hubert_and_latent_equal_upstream(models, expected):
             assert torch.equal(latent, expected[f"sovits.{v}.latent"])
 
 
-def test_bert_features_equal_upstream(models, expected):
+def test_bert_features_equal_upstream(models, expected, tmp_path_factory):
+    folder = tmp_path_factory.getbasetemp()
+    bert_dir = next(folder.glob("gpt_sovits*/pretrained_models/chinese-roberta-wwm-ext-large"))
+    threads = torch.get_num_threads()
+    bert, tokenizer = load_bert(bert_dir, torch.float32)
+    torch.set_num_threads(threads)
+    assert tokenizer.encode("你好").ids == [2, 7, 8, 3]
     with torch.inference_mode():
-        assert torch.equal(models["v2"].bert(expected["bert.ids"]), expected["bert.hidden"])
+        assert torch.equal(bert(expected["bert.ids"]), expected["bert.hidden"])
 
 
 def test_speaker_embedding_equals_upstream(models, expected):
