@@ -120,6 +120,25 @@ for i, s in enumerate(SAMPLING):
         assert torch.equal(mine, batch.long()), "T2S tokens differ from infer_panel_batch_infer"
         out[f"t2s.tokens.{i}.{seed}"] = batch.long()
 
+# EOS rules (masked for 11 steps, argmax of the penalised scores or a sampled EOS stops, EOS dropped): the
+# same weights with the EOS row of the output layer pointed along the last layer's norm bias.
+with torch.no_grad():
+    tiny.eos_likely(up_t2s.ar_predict_layer.weight, up_t2s.h.layers[-1].norm2.bias)
+    tiny.eos_likely(ours["v2"].t2s.ar_predict_layer.weight, ours["v2"].t2s.h.layers[-1].norm2.bias)
+for seed in (0, 3, 4):
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        y_list, idx_list = up_t2s.infer_panel_batch_infer([phones], torch.tensor([L]), prompt, [bert],
+                                                          early_stop_num=50 * 1, max_len=L, top_k=15,
+                                                          repetition_penalty=1.35)
+        batch = y_list[0][-idx_list[0]:]
+        mine = generate(ours["v2"].t2s, phones[None], bert[None], prompt, T2SSampling(top_k=15),
+                        torch.Generator().manual_seed(seed), DynamicCache())
+    print(f"T2S with EOS seed {seed}: {batch.tolist()}")
+    assert 11 <= batch.numel() < 50, "EOS did not end this sequence"
+    assert torch.equal(mine, batch.long()), "T2S tokens differ at EOS"
+    out[f"t2s.eos.{seed}"] = batch.long()
+
 # ---- HuBERT, extract_latent -----------------------------------------------------------------------------------
 hf_hubert = HubertModel(HFHubertConfig(**tiny.HUBERT_CONFIG)).eval()
 print("HuBERT attention:", hf_hubert.config._attn_implementation)
@@ -142,7 +161,8 @@ ids = inp["bert.ids"]
 with torch.no_grad():
     hidden = hf_bert(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids),
                      output_hidden_states=True)["hidden_states"][-3]
-    mine = ours["v2"].bert(ids)
+    our_bert, _ = our_loader.load_bert(root / "pretrained_models" / "chinese-roberta-wwm-ext-large", torch.float32)
+    mine = our_bert(ids)
 assert torch.equal(mine, hidden), f"BERT differs: {(mine - hidden).abs().max()}"
 out["bert.hidden"] = hidden
 

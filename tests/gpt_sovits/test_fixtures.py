@@ -19,7 +19,7 @@ from mizuoto.nodes.gpt_sovits.speaker import fbank
 from mizuoto.nodes.gpt_sovits.t2s import T2SSampling, generate
 from mizuoto.runtime.lm.cache import DynamicCache
 
-from gpt_sovits.tiny import FIXTURES, fixture_inputs, write_folder
+from gpt_sovits.tiny import FIXTURES, eos_likely, fixture_inputs, write_folder
 
 SAMPLING = [T2SSampling(top_k=5, top_p=1.0, temperature=1.0, repetition_penalty=1.35),
             T2SSampling(top_k=15, top_p=0.8, temperature=0.7, repetition_penalty=1.0)]
@@ -48,6 +48,21 @@ def test_t2s_tokens_equal_upstream(models, expected, setting, seed):
     tokens = generate(models["v2"].t2s, e["t2s.phones"][None], e["t2s.bert"][None], e["t2s.prompt"],
                       SAMPLING[setting], torch.Generator().manual_seed(seed), DynamicCache())
     assert tokens.tolist() == e[f"t2s.tokens.{setting}.{seed}"].tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 3, 4])
+def test_t2s_stops_at_eos_as_upstream(models, expected, seed):
+    e, t2s = expected, models["v2"].t2s
+    saved = t2s.ar_predict_layer.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            eos_likely(t2s.ar_predict_layer.weight, t2s.h.layers[-1].norm2.bias)
+        tokens = generate(t2s, e["t2s.phones"][None], e["t2s.bert"][None], e["t2s.prompt"], T2SSampling(top_k=15),
+                          torch.Generator().manual_seed(seed), DynamicCache())
+    finally:
+        with torch.no_grad():
+            t2s.ar_predict_layer.weight.copy_(saved)
+    assert tokens.tolist() == e[f"t2s.eos.{seed}"].tolist() and 11 <= tokens.numel() < 50
 
 
 def test_t2s_other_seed_other_tokens(models, expected):

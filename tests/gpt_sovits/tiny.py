@@ -239,6 +239,12 @@ def sv_dim() -> int:
     return k["m_channels"] * 8 * k["expansion"] * 10
 
 
+def eos_likely(weight: torch.Tensor, direction: torch.Tensor, scale: float = 2.5) -> None:
+    """Point the EOS row (the last) of a T2S output layer along `direction` (in place), so that a random
+    tiny model stops: the fixtures' EOS case."""
+    weight[-1] = scale * direction / direction.norm()
+
+
 def fixture_inputs(seed: int = 11) -> dict[str, torch.Tensor]:
     """The inputs make_fixtures.py ran upstream on (regenerated here instead of stored)."""
     g = torch.Generator().manual_seed(seed)
