@@ -1,6 +1,7 @@
 """Fish Speech: bytes streamed per generated frame ÷ the minimum, with the LM half resident (a figure, not a test).
 
     python bench/fish_speech.py             # ~20 s on one core
+    python bench/fish_speech.py --s2        # the same sizes as an S2 folder (chat prompt, S2 sampling)
 
 A small dual-AR checkpoint in the upstream layout (tests/fish_speech/tiny.py: slow 8 x 256, fast 4 x 256,
 random float32 weights) runs the "generate" phase on the strict simulated device, with room for half of
@@ -23,28 +24,37 @@ sys.path[0] = str(ROOT / "tests")      # not bench/: this file would shadow test
 
 
 def main() -> None:
-    from fish_speech.tiny import write_tiny_checkpoint
-    from mizuoto.nodes.fish_speech.generate import Sampling, build_prompt
+    from fish_speech.tiny import write_tiny_checkpoint, write_tiny_s2
+    from mizuoto.nodes.fish_speech.generate import S2Sampling, Sampling, build_chat_prompt, build_prompt
     from mizuoto.nodes.fish_speech.loader import load_fish_speech
-    from mizuoto.nodes.fish_speech.phases import FishSpeechEngine
+    from mizuoto.nodes.fish_speech.phases import FishS2Engine, FishSpeechEngine
     from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
     from runtime_helpers import residency_capacity
 
     torch.set_num_threads(1)
-    folder = write_tiny_checkpoint(Path(tempfile.mkdtemp()) / "fish", seed=3, n_layer=8, dim=256, n_head=8,
-                                   n_local_heads=4, head_dim=32, intermediate_size=768, fast_dim=256, fast_n_head=8,
-                                   fast_n_local_heads=4, fast_head_dim=32, fast_intermediate_size=768, n_fast_layer=4)
+    s2 = "--s2" in sys.argv[1:]
+    root = Path(tempfile.mkdtemp())
+    if s2:
+        sizes = dict(n_layer=8, dim=256, n_head=8, n_local_heads=4, head_dim=32, intermediate_size=768)
+        folder = write_tiny_s2(root / "fish_s2", seed=3, **{"text_" + k: v for k, v in sizes.items()},
+                               **{"audio_" + k: v for k, v in {**sizes, "n_layer": 4}.items()})
+    else:
+        folder = write_tiny_checkpoint(root / "fish", seed=3, n_layer=8, dim=256, n_head=8, n_local_heads=4,
+                                       head_dim=32, intermediate_size=768, fast_dim=256, fast_n_head=8,
+                                       fast_n_local_heads=4, fast_head_dim=32, fast_intermediate_size=768,
+                                       n_fast_layer=4)
     unit = 64 << 10
 
     def engine(devices, mode="normal"):
         manager = ModelManager(devices, VramPolicy({"compute.vram_mode": mode}))
-        return FishSpeechEngine(load_fish_speech(folder, torch.float32), manager, min_unit_bytes=unit)
+        cls = FishS2Engine if s2 else FishSpeechEngine
+        return cls(load_fish_speech(folder, torch.float32), manager, min_unit_bytes=unit)
 
     probe = engine(DeviceService(simulate={"cpu": 1 << 32}))
     tok = probe.bundle.tokenizer
     text = "(excited) Hello there, this is a small benchmark of the dual autoregressive decoder."
-    prompt = build_prompt(tok, text, probe.bundle.config.num_codebooks)
-    s = Sampling(max_new_tokens=40)
+    prompt = (build_chat_prompt if s2 else build_prompt)(tok, text, probe.bundle.config.num_codebooks)
+    s = S2Sampling(max_new_tokens=40) if s2 else Sampling(max_new_tokens=40)
     working = probe.generate_memory(prompt.shape[1], len(tok.encode(text)), s.max_new_tokens)
     mode, capacity = residency_capacity(probe.lm, "half", working=working)
     e = engine(DeviceService(simulate={"cpu": capacity}, strict=True), mode)

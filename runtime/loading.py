@@ -21,6 +21,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["CheckpointError", "load_module", "load_module_from_state", "read_safetensors_header"]
+__all__ = ["CheckpointError", "SizeSource", "load_module", "load_module_from_state", "load_module_renamed",
+           "read_safetensors_header"]
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 _CHUNK = 64 << 20  # bytes read per call (large reads in one call can come back short)
@@ -108,6 +110,16 @@ def read_safetensors_header(path: str | os.PathLike) -> dict[str, TensorInfo]:
         if begin < end:
             raise CheckpointError(f"{path}: tensors {a!r} and {b!r} overlap in the file")
     return tensors
+
+
+@dataclass(frozen=True)
+class SizeSource:
+    """The config file a module's sizes were read from. When the checkpoint disagrees with the module built
+    from it, the error names that file's field (`hidden_size = 500000`), not only a tensor shape: the
+    config, not the weights, is usually what is wrong."""
+
+    path: str | os.PathLike
+    data: Mapping
 
 
 @contextlib.contextmanager
@@ -222,7 +234,7 @@ def checkpoint_path(folder: str | os.PathLike, stem: str = "model") -> Path:
 
 
 def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
-                dtype: torch.dtype | None = None) -> nn.Module:
+                dtype: torch.dtype | None = None, config: SizeSource | None = None) -> nn.Module:
     """Build `factory()` without allocating its parameters, then load the safetensors file at `path`
     (or the shards a `*.safetensors.index.json` names).
 
@@ -231,7 +243,9 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     copy of the weights in host memory instead of three or four. Every parameter and persistent
     buffer must be in the file (a tied weight under any of its names) and the file must hold nothing
     else; shapes must match. Raises FileNotFoundError for a missing file and CheckpointError for a
-    file that is not safetensors, is truncated, or does not match the module.
+    file that is not safetensors, is truncated, or does not match the module (naming the field of
+    `config` that disagrees with the file, when one does). The check uses the file's header only and
+    runs before any tensor is read.
     """
     path = Path(path)
     located = _headers(path)
@@ -241,7 +255,7 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     if not isinstance(module, nn.Module):
         raise TypeError(f"load_module: the factory returned {type(module).__name__}, not an nn.Module")
 
-    plan = _match(module, {key: info.shape for key, info in infos.items()}, path)
+    plan = _match(module, {key: info.shape for key, info in infos.items()}, path, config)
     for file in sorted({located[key][1] for _, key in plan}):
         with open(file, "rb") as f:
             for slot, key in (entry for entry in plan if located[entry[1]][1] == file):
@@ -250,7 +264,8 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
 
 
 def load_module_from_state(factory: Callable[[], nn.Module], state: Mapping[str, torch.Tensor],
-                           dtype: torch.dtype | None = None, source: str | os.PathLike = "state dict") -> nn.Module:
+                           dtype: torch.dtype | None = None, source: str | os.PathLike = "state dict",
+                           config: SizeSource | None = None) -> nn.Module:
     """`load_module` for tensors already in memory (a `.pth` read with `torch.load(weights_only=True,
     mmap=True)`): the same strict matching, dtype handling and errors naming `source`."""
     with _parameters_on_meta():
@@ -260,7 +275,7 @@ def load_module_from_state(factory: Callable[[], nn.Module], state: Mapping[str,
     bad = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
     if bad:
         raise CheckpointError(f"{source}: entries that are not tensors: {_describe(bad)}")
-    for slot, key in _match(module, {k: tuple(v.shape) for k, v in state.items()}, source):
+    for slot, key in _match(module, {k: tuple(v.shape) for k, v in state.items()}, source, config):
         value = state[key].detach().cpu()
         if value.untyped_storage().nbytes() != value.nbytes:
             value = value.clone()  # a view into a pickle's shared storage: own the weight alone
@@ -268,16 +283,17 @@ def load_module_from_state(factory: Callable[[], nn.Module], state: Mapping[str,
     return _finish(module, dtype, source)
 
 
-def _match(module: nn.Module, shapes: Mapping[str, tuple[int, ...]], source) -> list[tuple[_Slot, str]]:
+def _match(module: nn.Module, shapes: Mapping[str, tuple[int, ...]], source,
+           config: SizeSource | None = None) -> list[tuple[_Slot, str]]:
     """Pair every parameter and persistent buffer with its checkpoint key; a CheckpointError names every
-    missing, unexpected and mis-shaped key."""
+    missing, unexpected and mis-shaped key (after the config field that explains them, if one does)."""
     plan: list[tuple[_Slot, str]] = []
     missing: list[str] = []
     mismatched: list[str] = []
-    expected: set[str] = set()
+    expected: dict[str, tuple[int, ...]] = {}
     for slot in _slots(module):
         keys = [key for _, _, key in slot.places]
-        expected.update(keys)
+        expected.update((key, tuple(slot.tensor.shape)) for key in keys)
         present = [k for k in keys if k in shapes]
         if not present:
             missing.append(keys[0])
@@ -287,7 +303,7 @@ def _match(module: nn.Module, shapes: Mapping[str, tuple[int, ...]], source) -> 
             mismatched.append(f"{key}: checkpoint {list(shapes[key])}, module {list(slot.tensor.shape)}")
             continue
         plan.append((slot, key))
-    unexpected = sorted(set(shapes) - expected)
+    unexpected = sorted(set(shapes) - set(expected))
     if missing or unexpected or mismatched:
         problems = []
         if missing:
@@ -296,8 +312,64 @@ def _match(module: nn.Module, shapes: Mapping[str, tuple[int, ...]], source) -> 
             problems.append(f"unexpected keys {_describe(unexpected)}")
         if mismatched:
             problems.append(f"shape mismatch {_describe(mismatched)}")
-        raise CheckpointError(f"{source} does not match {type(module).__name__}: " + "; ".join(problems))
+        blame = _blame(config, expected, shapes, source) if config is not None else ""
+        raise CheckpointError(blame + f"{source} does not match {type(module).__name__}: " + "; ".join(problems))
     return plan
+
+
+_SIZE_NAME = re.compile(r"size|dim|hidden|heads?|layers?|channels|depth|width|units|blocks|^n_|^num_")
+
+
+def _int_fields(data, prefix: str = "") -> Iterator[tuple[str, int]]:
+    items = data.items() if isinstance(data, Mapping) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, (Mapping, list)):
+            yield from _int_fields(value, name)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            yield name, value
+
+
+def _counts(keys) -> dict[str, int]:
+    """How many numbered children each `a.b.<i>.` list has (`layers` -> 24): the layer counts of a key set."""
+    out: dict[str, int] = {}
+    for key in keys:
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            if part.isdigit():
+                head = ".".join(parts[:i])
+                out[head] = max(out.get(head, 0), int(part) + 1)
+    return out
+
+
+def _blame(config: SizeSource, expected: Mapping[str, tuple[int, ...]], shapes: Mapping[str, tuple[int, ...]],
+           source) -> str:
+    """The config fields whose values explain the disagreement: a width the module has where the file has
+    another, or a layer count the file does not hold. Empty when no field's value is the culprit."""
+    fields = list(_int_fields(config.data))
+    found: dict[str, str] = {}
+
+    def blame(value: int, what: str) -> None:
+        for name, v in fields:
+            if v == value and name not in found:
+                found[name] = f"{name} = {value} ({what})"
+
+    for key, want in expected.items():
+        have = shapes.get(key)
+        if have is not None and len(have) == len(want) and have != want:
+            for w, h in zip(want, have):
+                if w != h:
+                    blame(w, f"{key} is {list(have)} in the checkpoint, {list(want)} from the config")
+    ours, theirs = _counts(expected), _counts(shapes)
+    for head, n in ours.items():
+        if head in theirs and theirs[head] != n:
+            blame(n, f"the checkpoint holds {theirs[head]} of {head or 'the top-level list'}")
+    if not found:
+        return ""
+    sizes = [name for name in found if _SIZE_NAME.search(name.rsplit(".", 1)[-1].lower())]
+    lines = [found[name] for name in sizes or found]  # a size-named field over an id that happens to be equal
+    return f"{config.path}: " + "; ".join(lines[:4]) + \
+        f" -- the config does not fit the weights in {source}. "
 
 
 def _finish(module: nn.Module, dtype: torch.dtype | None, source) -> nn.Module:
@@ -308,3 +380,30 @@ def _finish(module: nn.Module, dtype: torch.dtype | None, source) -> nn.Module:
         raise CheckpointError(f"{source}: {type(module).__name__} still has weights on the meta device after "
                               f"loading: {_describe(left)}")
     return module
+
+
+def load_module_renamed(factory: Callable[[], nn.Module], path: str | os.PathLike, rename: Callable[[str], str],
+                        dtype: torch.dtype | None = None, config: SizeSource | None = None) -> nn.Module:
+    """`load_module` for a checkpoint whose tensor names differ from the module's by a fixed mapping
+    (`rename(file key) -> module key`, e.g. a prefix the module does not have): each tensor is still read
+    straight from its file into place, with the same strict matching and errors (keys named as the module
+    names them, the file and `config`'s disagreeing field named as `load_module` does)."""
+    path = Path(path)
+    located = _headers(path)
+    names: dict[str, str] = {}
+    for key in located:
+        new = rename(key)
+        if new in names:
+            raise CheckpointError(f"{path}: {names[new]!r} and {key!r} both name the module's {new!r}")
+        names[new] = key
+    infos = {new: located[key][0] for new, key in names.items()}
+    with _parameters_on_meta():
+        module = factory()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"load_module_renamed: the factory returned {type(module).__name__}, not an nn.Module")
+    plan = _match(module, {key: info.shape for key, info in infos.items()}, path, config)
+    for file in sorted({located[names[key]][1] for _, key in plan}):
+        with open(file, "rb") as f:
+            for slot, key in (entry for entry in plan if located[names[entry[1]]][1] == file):
+                _place(slot, _read_into(f, infos[key], file, names[key]), dtype, names[key], file)
+    return _finish(module, dtype, path)

@@ -4,7 +4,6 @@ then a bounded fuzz of the Speak node."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import stat
@@ -321,3 +320,36 @@ def test_hugging_face_zero_defaults_are_not_mistaken_for_sizes(tmp_path):
     config["talker_config"] |= {"chunk_size_feed_forward": 0, "no_repeat_ngram_size": 0, "use_cache": True}
     (folder / "config.json").write_text(json.dumps(config))
     assert load_qwen3_tts(folder, torch.float32).config.talker.hidden_size > 0
+
+
+@pytest.mark.parametrize("line, value, match", [("attention_heads: 4", "attention_heads: 0", "attention_heads = 0"),
+                                                ("num_blocks: 1", "num_blocks: 100000", "num_blocks = 100000"),
+                                                ("n_blocks: 1", "n_blocks: -3", "n_blocks = -3")])
+def test_hyperpyyaml_sizes_are_checked_like_json_configs(tmp_path, line, value, match):
+    """CosyVoice's HyperPyYAML goes through the same size check as every config.json."""
+    from cosyvoice.tiny import write_folder
+    from mizuoto.nodes.cosyvoice.loader import load_cosyvoice
+    folder = write_folder(tmp_path / "v2", 2)
+    path = folder / "cosyvoice2.yaml"
+    assert line in path.read_text()
+    path.write_text(path.read_text().replace(line, value, 1))
+    with pytest.raises(CheckpointError, match=match) as e:
+        load_cosyvoice(folder)
+    assert "cosyvoice2.yaml" in str(e.value)
+
+
+@pytest.mark.parametrize("field, value, says", [("num_hidden_layers", 5, "the checkpoint holds 2 of talker.model.layers"),
+                                                ("intermediate_size", 77, "is [1024, 128] in the checkpoint")])
+def test_plausible_sizes_that_do_not_fit_the_weights_name_the_config_field(tmp_path, field, value, says):
+    """In bounds but wrong: compared with the checkpoint's header (tensor names and shapes) before any weight is
+    read; the error starts with config.json and the field, then lists the tensors."""
+    from mizuoto.nodes.qwen3_tts.loader import load_qwen3_tts
+    from qwen3_tts.tiny import write_tiny_checkpoint
+    folder = write_tiny_checkpoint(tmp_path / "tiny", "custom_voice", seed=1)
+    config = json.loads((folder / "config.json").read_text())
+    config["talker_config"][field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as e:
+        load_qwen3_tts(folder, torch.float32)
+    message = str(e.value)
+    assert message.startswith(f"{folder / 'config.json'}: talker_config.{field} = {value}") and says in message

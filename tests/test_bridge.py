@@ -7,6 +7,7 @@ diffusion-like model (a real ModelPatcher on real ComfyUI) and our 3 GiB TTS com
 import importlib
 import os
 import sys
+import types
 import weakref
 
 import pytest
@@ -216,3 +217,24 @@ def test_comfy_command_line_maps_onto_our_settings(comfy):
     # the user's own setting wins over ComfyUI's flag
     policy = apply_comfy_defaults(VramPolicy({"compute.vram_mode": "normal"}), mm, Args)
     assert policy.get("compute.vram_mode") == "normal"
+
+
+@pytest.mark.parametrize("comfy_device", [torch.device("cpu"), FAKE])
+def test_simulated_vram_inside_comfyui_is_comfyuis_own_device(monkeypatch, comfy_device):
+    """compute.simulate_vram_mb inside ComfyUI simulates ComfyUI's own device object: plain `cpu` as
+    before (which ComfyUI never arbitrates), or a `cpu:0` ComfyUI reports as its GPU (the end-to-end
+    eviction test's simgpu_node), so our patchers land on the device ComfyUI frees memory on."""
+    from mizuoto.nodes.common.pack_runtime import build_runtime
+    mm, _ = _standin()
+    monkeypatch.setattr(mm, "get_torch_device", lambda: comfy_device)
+    comfy_pkg = types.ModuleType("comfy")
+    comfy_pkg.model_management = mm
+    comfy_pkg.cli_args = types.SimpleNamespace(args=types.SimpleNamespace(gpu_only=False, reserve_vram=None))
+    for name, module in [("comfy", comfy_pkg), ("comfy.model_management", mm),
+                         ("comfy.cli_args", comfy_pkg.cli_args), ("folder_paths", types.ModuleType("folder_paths"))]:
+        monkeypatch.setitem(sys.modules, name, module)
+    rt = build_runtime(VramPolicy({"compute.simulate_vram_mb": 8}))
+    assert str(rt.device) == str(comfy_device) and list(rt.devices.simulated) == [str(comfy_device)]
+    assert rt.devices.total(comfy_device) == 8 * MB and rt.manager.arbiter.mm is mm
+    handle = rt.manager.register(ModelHandle(nn.Linear(4, 4), "lin", "oneshot"), engine="test", device=rt.device)
+    assert rt.manager.arbiter.patchers[handle].load_device == comfy_device

@@ -2,8 +2,8 @@
 release_device and the panel's route under the manager's lock; two requests on one model take turns."""
 from __future__ import annotations
 
-import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,12 +11,12 @@ import torch
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
 from mizuoto.nodes.common.pack_runtime import build_runtime, use_runtime
 from mizuoto.nodes.common.pipeline import SpeakRequest, speak
-from mizuoto.nodes.common.routes import runtime_report
 from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, VramPolicy
 from mizuoto.runtime.service import RuntimeService
 from toy_models import TinyDiT
 
 MB = 1 << 20
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def test_an_idle_model_unloads_on_the_timer_with_no_request_running():
@@ -51,60 +51,23 @@ def runtime():
         yield rt
 
 
-def test_requests_with_upkeep_releases_and_route_reads_on_other_threads(runtime):
+def test_requests_with_upkeep_releases_and_route_reads_on_other_threads(runtime, load_script):
+    stress = load_script(BENCH / "stress.py", "mizuoto_bench_stress")
     (model,) = NODE_CLASS_MAPPINGS["MizuotoLoadHibari"]().load("fp32", "auto")
     request = SpeakRequest("Threads must not change a sample.", seed=3)
     clean, _ = speak(model, request)
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def hammer(fn):
-        def loop():
-            while not stop.is_set():
-                try:
-                    fn()
-                except BaseException as e:  # noqa: BLE001 - every failure is counted
-                    failures.append(e)
-                time.sleep(0.001)
-        return threading.Thread(target=loop, daemon=True)
-
-    threads = [hammer(runtime.service.maintain), hammer(lambda: runtime.service.release_device("cpu")),
-               hammer(lambda: runtime_report(runtime)), hammer(runtime.service.release_after_oom)]
-    for t in threads:
-        t.start()
-    results = []
-    try:
-        for _ in range(4):
-            results.append(speak(model, request)[0])
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
-    assert not failures, failures[:3]
-    assert all(torch.equal(r, clean) for r in results)
-    runtime.service.release_after_oom()
-    assert runtime.devices.memory("cpu").used == 0, "accounting back to the clean level"
+    counts = stress.hammered(runtime, model, request, clean, requests=4)
+    assert not counts["failures"], counts["failures"][:3]
+    assert counts["exact"] == 4 and all(counts["calls"].get(k, 0) > 0 for k in
+                                        ("upkeep", "release_device", "route", "ram_relief")), counts["calls"]
+    assert counts["device_bytes_after"] == 0, "accounting back to the clean level"
     assert torch.equal(speak(model, request)[0], clean)
 
 
-def test_two_threads_on_one_model_take_turns(runtime):
+def test_two_threads_on_one_model_take_turns(runtime, load_script):
+    stress = load_script(BENCH / "stress.py", "mizuoto_bench_stress")
     (model,) = NODE_CLASS_MAPPINGS["MizuotoLoadHibari"]().load("fp32", "auto")
     requests = [SpeakRequest("First voice, first thread.", seed=1), SpeakRequest("Second thread here.", seed=2)]
-    clean = [speak(model, r)[0] for r in requests]
-    out: dict[int, list] = {0: [], 1: []}
-    failures = []
-
-    def worker(i):
-        try:
-            for _ in range(3):
-                out[i].append(speak(model, requests[i])[0])
-        except BaseException as e:  # noqa: BLE001
-            failures.append(e)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not failures, failures[:3]
-    assert all(torch.equal(w, clean[i]) for i in (0, 1) for w in out[i]) and len(out[0]) == len(out[1]) == 3
+    counts = stress.two_threads(model, requests, [speak(model, r)[0] for r in requests], each=3)
+    assert not counts["failures"], counts["failures"][:3]
+    assert counts["exact"] == 6

@@ -89,16 +89,17 @@ def read_json(path: str | os.PathLike, engine: str) -> dict[str, Any]:
 # Config fields that size modules: a negative or absurd width, or a count (heads, layers) below one, must be
 # refused before any module is built (a 10^7-wide layer or 100 000 layers would be tried for minutes, or
 # allocated). Widths may be 0: Hugging Face configs use 0 for "off" (chunk_size_feed_forward).
-_SIZE_FIELD = re.compile(r"(^|_)(dim|size|hidden|depth|heads?|layers?|channels)(_|$)|^n_")
-_COUNT_FIELD = re.compile(r"(^|_)(depth|heads?|layers?)(_|$)")
+_SIZE_FIELD = re.compile(r"(^|_)(dim|size|hidden|depth|heads?|layers?|blocks?|channels)(_|$)|^n_")
+_COUNT_FIELD = re.compile(r"(^|_)(depth|heads?|layers?|blocks?)(_|$)")
+_AT_LEAST_ONE = re.compile(r"(^|_)(depth|heads?|layers?)(_|$)")   # blocks may be 0 (CosyVoice's num_mid_blocks)
 MAX_WIDTH = 1 << 20
 MAX_COUNT = 4096
 
 
 def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "") -> None:
-    """Every integer field named like a size (hidden_size, head_dim, n_fft, ...) is in [0, MAX_WIDTH] and
-    every count (num_attention_heads, num_hidden_layers, depth) in [1, MAX_COUNT]; a CheckpointError names
-    the file and the field."""
+    """Every integer field named like a size (hidden_size, head_dim, n_fft, ...) is in [0, MAX_WIDTH], every
+    count (num_attention_heads, num_hidden_layers, depth) in [1, MAX_COUNT] and every block count in
+    [0, MAX_COUNT]; a CheckpointError names the file and the field."""
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else str(key)
@@ -108,7 +109,8 @@ def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "
         if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, int) \
                 or not _SIZE_FIELD.search(key.lower()):
             continue                                    # flags such as scale_codebook_embeddings are not sizes
-        low, high = (1, MAX_COUNT) if _COUNT_FIELD.search(key.lower()) else (0, MAX_WIDTH)
+        low = 1 if _AT_LEAST_ONE.search(key.lower()) else 0
+        high = MAX_COUNT if _COUNT_FIELD.search(key.lower()) else MAX_WIDTH
         if not low <= value <= high:
             raise CheckpointError(f"{engine}: {path}: {name} = {value}; expected an integer from {low} to {high}")
 

@@ -55,7 +55,10 @@ def build_runtime(policy: VramPolicy | None = None, strict: bool = False) -> Pac
         device = mm.get_torch_device()
     simulate = policy.get("compute.simulate_vram_mb")
     if simulate:
-        devices, device = DeviceService(simulate={"cpu": simulate * MB}, strict=strict), torch.device("cpu")
+        # Inside ComfyUI on a CPU device, simulate ComfyUI's own device object: plain `cpu` (which
+        # ComfyUI never arbitrates), or the `cpu:0` the end-to-end tests make it report as its GPU.
+        sim = device if arbiter is not None and device.type == "cpu" else torch.device("cpu")
+        devices, device = DeviceService(simulate={str(sim): simulate * MB}, strict=strict), sim
     else:
         devices = DeviceService()
         if arbiter is None:

@@ -350,9 +350,12 @@ class Vocos(nn.Module):
 def load_vocos(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) -> Vocos:
     """A Vocos model folder in the upstream layout (`config.yaml` + `pytorch_model.bin`, a pickle read
     with `torch.load(weights_only=True)`), loaded strictly, in eval mode on the CPU."""
-    from ...runtime.loading import load_module_from_state
+    import yaml
+
+    from ...runtime.loading import SizeSource, load_module_from_state
     folder = Path(folder)
     cfg = VocosConfig.from_yaml(folder / "config.yaml")
+    sizes = SizeSource(folder / "config.yaml", yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")))
     weights = folder / "pytorch_model.bin"
     state = state_dict(load_pickle(weights), weights)
-    return load_module_from_state(lambda: Vocos(cfg), state, dtype, source=weights).eval()
+    return load_module_from_state(lambda: Vocos(cfg), state, dtype, weights, sizes).eval()

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from ...runtime.loading import CheckpointError
+from ..common.checkpoint import check_sizes
 from .flow import FlowConfig
 from .hift import HiFTConfig
 
@@ -58,11 +59,13 @@ def _resolve(value: Any, top: dict[str, Any], depth: int = 0) -> Any:
 def read_hyperpyyaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"CosyVoice: {path} is not readable YAML: {e}") from None
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"CosyVoice: {path} is not readable YAML: {type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"CosyVoice: {path} does not hold a YAML mapping")
-    return _resolve(raw, raw)
+    data = _resolve(raw, raw)
+    check_sizes(data, path, "CosyVoice")
+    return data
 
 
 class _Fields:

@@ -13,7 +13,6 @@ unexpected or mis-shaped key is a CheckpointError naming the file.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...runtime.loading import CheckpointError, load_module_from_state
-from ..common.checkpoint import ModelFolderError, load_pickle, state_dict
+from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
+from ..common.checkpoint import ModelFolderError, load_pickle, read_json, state_dict
 from ..common.onnx_graph import OnnxModule, OnnxRuntimeError
 from ..common.onnx_reader import OnnxFormatError, read_model
 from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
@@ -101,10 +100,10 @@ def keep_dtype(module: nn.Module, prefix: str, state: dict[str, torch.Tensor]) -
 
 def qwen2_config(folder: Path) -> Qwen2Config:
     path = folder / QWEN_DIR / "config.json"
-    if not path.is_file():
-        raise ModelFolderError(f"CosyVoice: {path} not found")
     try:
-        return Qwen2Config.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return Qwen2Config.from_dict(read_json(path, "CosyVoice"))
+    except CheckpointError:
+        raise
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"CosyVoice: {path} is not a Qwen2 config: {e}") from None
 
@@ -201,10 +200,13 @@ def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> Co
                                f"of a CosyVoice {version} repository)")
     lm_path = folder / "llm.pt"
     lm_state = {k: v for k, v in read_state(lm_path).items() if k not in UNUSED_LM_KEYS}
-    llm = load_module_from_state(lambda: CosyVoiceLM(lm_config), lm_state, dtype, source=lm_path).eval()
+    qwen_path = folder / QWEN_DIR / "config.json"
+    llm = load_module_from_state(lambda: CosyVoiceLM(lm_config), lm_state, dtype, lm_path,
+                                 SizeSource(qwen_path, read_json(qwen_path, "CosyVoice"))).eval()
+    sizes = SizeSource(yaml_path(folder), read_hyperpyyaml(yaml_path(folder)))
     flow_path = folder / "flow.pt"
     flow_state = read_state(flow_path)
-    flow = load_module_from_state(lambda: Flow(fc), flow_state, dtype, source=flow_path).eval()
+    flow = load_module_from_state(lambda: Flow(fc), flow_state, dtype, flow_path, sizes).eval()
     if version == 3:
         keep_dtype(flow, "decoder.estimator.rotary_embed.", flow_state)
     hift_path = folder / "hift.pt"
@@ -212,7 +214,7 @@ def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> Co
     hift_state = fold_weight_norm(hift_state, hift_path, wide=lambda k: hc.causal and k.startswith("f0_predictor."))
     if hc.causal:   # upstream moves the causal f0 predictor to float64 before use
         hift_state = {k: v.double() if k.startswith("f0_predictor.") else v for k, v in hift_state.items()}
-    hift = load_module_from_state(lambda: HiFT(hc), hift_state, dtype, source=hift_path).eval()
+    hift = load_module_from_state(lambda: HiFT(hc), hift_state, dtype, hift_path, sizes).eval()
     if hc.causal:
         keep_dtype(hift, "f0_predictor.", hift_state)
     tokenizer = SpeechTokenizer(read_onnx(folder / f"speech_tokenizer_v{version}.onnx"))

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ...runtime.loading import CheckpointError, load_module, read_safetensors_header
+from ...runtime.loading import CheckpointError, SizeSource, load_module, read_safetensors_header
 from ..common.checkpoint import check_sizes
 from ..common.vocoder import MelSpectrogramFeatures, Vocos, load_vocos
 from .model import DiT, DiTConfig, F5Checkpoint
@@ -158,7 +158,8 @@ def load_f5_tts(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) -
         raise CheckpointError(f"{weights}: the text embedding has {rows.shape[0]} rows but {folder / 'vocab.txt'} "
                               f"has {len(tokenizer)} tokens (+1 filler); they belong to different models")
     bookkeeping = {k: (header[k].dtype, header[k].shape) for k in BOOKKEEPING if k in header}
-    checkpoint = load_module(lambda: F5Checkpoint(config, bookkeeping), weights, dtype)
+    checkpoint = load_module(lambda: F5Checkpoint(config, bookkeeping), weights, dtype,
+                             SizeSource(source, {"model.arch": arch}))
     dit = checkpoint.dit.eval()
     vocoder = load_vocos(folder / "vocos", torch.float32)
     if vocoder.config.n_mels != mel_config.n_mels or vocoder.config.input_channels != mel_config.n_mels:

@@ -18,9 +18,19 @@ from the slow hidden state. Upstream's sampling, kept as it is:
 `do_sample=False` takes the top of upstream's own sort after the repetition penalty (what a top-p below
 1 / vocab leaves). Sampling runs on the CPU in the logits' dtype, as upstream's arithmetic does. The draws come from a CPU
 `torch.Generator`, so a seed gives the same codes on any device.
+
+Fish Audio S2 (fish-speech's repository head, `S2Sampling`, `build_chat_prompt`) keeps the loop and
+changes the prompt and the sampling: a chat prompt (system: the instruction and the reference text and
+codes; user: the text; assistant: `<|voice|>`), pieces tokenized one by one; the slow token restricted
+to the semantic tokens and `<|im_end|>` (a -inf bias elsewhere), top-k 30 with top-p and temperature,
+drawn as argmax(p / -log(u)) with u ~ U(0, 1); Repetition Aware Sampling: a second draw at temperature
+1.0 / top-p 0.9 replaces the token when it is semantic and among the last 10 frames' tokens (frames
+after the first, as upstream's rolling window holds them); the fast codebooks use the same top-k /
+top-p / temperature over all `codebook_size` logits, without penalty or bias.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,10 +40,13 @@ from torch import Tensor
 from ...runtime.lm.cache import DynamicCache, make_cache
 from ..common.decode import autoregress
 from .model import DualARTransformer
-from .tokenizer import FishTokenizer
+from .tokenizer import FishTokenizer, HFTokenizer
 
 WINDOW = 16             # repetition-penalty window (frames)
 FAST_VOCAB = 1024       # upstream samples the fast codebooks from the first 1024 logits
+RAS_WINDOW = 10         # S2: Repetition Aware Sampling looks back this many frames
+RAS_TEMPERATURE, RAS_TOP_P = 1.0, 0.9
+SPEAKER_TAG = re.compile(r"(<\|speaker:\d+\|>)")
 
 
 @dataclass
@@ -51,6 +64,26 @@ class Sampling:
             raise ValueError(f"top_p: expected in (0, 1], got {self.top_p}")
         if not 0 < self.repetition_penalty < 2:
             raise ValueError(f"repetition_penalty: expected in (0, 2), got {self.repetition_penalty}")
+        if int(self.max_new_tokens) < 2:
+            raise ValueError(f"max_new_tokens: expected >= 2, got {self.max_new_tokens}")
+
+
+@dataclass
+class S2Sampling:
+    """Fish Audio S2's sampling options, with upstream's defaults (tools and generate_long)."""
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_p: float = 0.9
+    top_k: int = 30
+    max_new_tokens: int = 1024
+
+    def validate(self) -> None:
+        if not 0 < self.temperature < 2:
+            raise ValueError(f"temperature: expected in (0, 2), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: expected in (0, 1], got {self.top_p}")
+        if int(self.top_k) < 1:
+            raise ValueError(f"top_k: expected >= 1, got {self.top_k}")
         if int(self.max_new_tokens) < 2:
             raise ValueError(f"max_new_tokens: expected >= 2, got {self.max_new_tokens}")
 
@@ -82,6 +115,23 @@ def sample(logits: Tensor, s: Sampling, previous: Tensor | None, generator: torc
     return int(torch.argmax(probs / q))
 
 
+def sample_s2(logits: Tensor, temperature: float, top_p: float, top_k: int, do_sample: bool,
+              generator: torch.Generator | None) -> int:
+    """One token from logits [V] as S2's logits_to_probs + multinomial_sample_one_no_sync, on the CPU in
+    the logits' dtype (upstream makes temperature and top-p tensors of the model's dtype)."""
+    logits = logits.cpu()
+    sorted_logits, sorted_idx = torch.sort(logits, descending=True)
+    if not do_sample:                     # what top_k = 1 leaves
+        return int(sorted_idx[0])
+    cum = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1)
+    remove = (cum > torch.tensor(top_p, dtype=logits.dtype)) | (torch.arange(logits.numel()) >= top_k)
+    remove[0] = False
+    logits = torch.where(remove.scatter(0, sorted_idx, remove), float("-inf"), logits)
+    probs = torch.softmax(logits / torch.clip(torch.tensor(temperature, dtype=logits.dtype), min=1e-5), dim=-1)
+    q = -torch.log(torch.rand(probs.shape, dtype=probs.dtype, generator=generator))
+    return int(torch.argmax(probs / q))
+
+
 def build_prompt(tokenizer: FishTokenizer, text: str, num_codebooks: int, ref_text: str | None = None,
                  ref_codes: Tensor | None = None) -> Tensor:
     """The prompt [1 + num_codebooks, T] (int64): token ids in row 0, reference codes under their
@@ -92,6 +142,12 @@ def build_prompt(tokenizer: FishTokenizer, text: str, num_codebooks: int, ref_te
             raise ValueError(f"reference codes: expected [{num_codebooks}, frames], got {list(ref_codes.shape)}")
         parts += [("<|speaker:0|>", None), (ref_text or "", None), ("", ref_codes), ("<|im_end|>", None)]
     parts += [("<|speaker:0|>", None), (text, None)]
+    return _columns(tokenizer, parts, num_codebooks)
+
+
+def _columns(tokenizer: FishTokenizer | HFTokenizer, parts: list[tuple[str, Tensor | None]],
+             num_codebooks: int) -> Tensor:
+    """Each text piece tokenized on its own (merges never cross pieces), codes under their semantic tokens."""
     columns = []
     for piece, codes in parts:
         if codes is None:
@@ -103,6 +159,71 @@ def build_prompt(tokenizer: FishTokenizer, text: str, num_codebooks: int, ref_te
             col = torch.cat([codes[:1] + tokenizer.semantic_begin_id, codes], dim=0)
         columns.append(col)
     return torch.cat(columns, dim=1)
+
+
+def speaker_turns(text: str) -> str:
+    """S2's user text: split at `<|speaker:N|>` tags into stripped turns joined by newlines (text before
+    the first tag dropped), as upstream batches them; text without tags as it is."""
+    parts = SPEAKER_TAG.split(text)
+    turns, i = [], 0
+    while i < len(parts):
+        part = parts[i].strip()
+        if SPEAKER_TAG.fullmatch(part):
+            turns.append((part + parts[i + 1]).strip() if i + 1 < len(parts) else part)
+            i += 2
+        else:
+            i += 1
+    return "\n".join(turns) if turns else text
+
+
+def build_chat_prompt(tokenizer: HFTokenizer, text: str, num_codebooks: int, ref_text: str | None = None,
+                      ref_codes: Tensor | None = None) -> Tensor:
+    """S2's prompt [1 + num_codebooks, T] (upstream's Conversation: system, user, open assistant voice turn).
+    As upstream, a reference is used only with a non-empty transcript; a transcript without a speaker tag
+    gets `<|speaker:0|>`."""
+    parts: list[tuple[str, Tensor | None]] = [("<|im_start|>system\n", None)]
+    if ref_codes is not None and ref_text:
+        if ref_codes.dim() != 2 or ref_codes.shape[0] != num_codebooks:
+            raise ValueError(f"reference codes: expected [{num_codebooks}, frames], got {list(ref_codes.shape)}")
+        tagged = ref_text if SPEAKER_TAG.search(ref_text) else f"<|speaker:0|>{ref_text}"
+        parts += [("convert the provided text to speech reference to the following:\n\nText:\n", None),
+                  (tagged, None), ("\n\nSpeech:\n", None), ("", ref_codes)]
+    else:
+        parts.append(("convert the provided text to speech", None))
+    parts += [("<|im_end|>\n", None), ("<|im_start|>user\n", None), (speaker_turns(text), None),
+              ("<|im_end|>\n", None), ("<|im_start|>assistant\n<|voice|>", None)]
+    return _columns(tokenizer, parts, num_codebooks)
+
+
+def fast_frame_s2(model: DualARTransformer, logits: Tensor, hidden: Tensor, s: S2Sampling, recent: Tensor | None,
+                  generator: torch.Generator | None, bias: Tensor) -> Tensor:
+    """S2's frame: the constrained slow token (with Repetition Aware Sampling against `recent`, the
+    window's tokens, None on the first frame), then the fast LM over the codebooks."""
+    c = model.config
+    biased = logits.cpu() + bias.to(logits.dtype)
+    token = sample_s2(biased, s.temperature, s.top_p, s.top_k, s.do_sample, generator)
+    high = sample_s2(biased, RAS_TEMPERATURE, RAS_TOP_P, s.top_k, s.do_sample, generator)
+    if recent is not None and bool((recent == token).any()) \
+            and model.semantic_begin_id <= token <= model.semantic_end_id:
+        token = high
+    frame = [token]
+    fast = DynamicCache()
+    model.forward_fast(hidden, fast, 0)
+    code = min(max(token - model.semantic_begin_id, 0), c.codebook_size - 1)
+    frame.append(code)
+    for i in range(1, c.num_codebooks):
+        h = model.fast_embeddings(torch.tensor([[code]], device=hidden.device))
+        code = sample_s2(model.forward_fast(h, fast, i), s.temperature, s.top_p, s.top_k, s.do_sample, generator)
+        frame.append(code)
+    return torch.tensor(frame, dtype=torch.long)
+
+
+def semantic_bias(model: DualARTransformer, im_end_id: int) -> Tensor:
+    """0 on the semantic tokens and <|im_end|>, -inf elsewhere (S2's constrained decoding)."""
+    bias = torch.full((model.config.vocab_size,), float("-inf"))
+    bias[model.semantic_begin_id: model.semantic_end_id + 1] = 0.0
+    bias[im_end_id] = 0.0
+    return bias
 
 
 def fast_frame(model: DualARTransformer, logits: Tensor, hidden: Tensor, s: Sampling, window: Tensor | None,
@@ -136,7 +257,8 @@ def penalty_window(history: list[Tensor], rows: int) -> Tensor | None:
     return window
 
 
-def generate_codes(model: DualARTransformer, prompt: Tensor, s: Sampling, generator: torch.Generator | None,
+def generate_codes(model: DualARTransformer, prompt: Tensor, s: Sampling | S2Sampling,
+                   generator: torch.Generator | None,
                    im_end_id: int, cache_kind: str = "dynamic", check: Callable[[], None] | None = None,
                    progress: Callable[[int, int], None] | None = None) -> Tensor:
     """The dual-AR loop (the shared decode loop, one frame per step): codes [num_codebooks, frames]
@@ -154,8 +276,16 @@ def generate_codes(model: DualARTransformer, prompt: Tensor, s: Sampling, genera
         logits, state["hidden"] = model.forward_slow(x.to(device), cache, start)
         return logits
 
-    def choose(logits: Tensor, history: list[Tensor]) -> Tensor:
-        return fast_frame(model, logits, state["hidden"], s, penalty_window(history, c.num_codebooks + 1), generator)
+    if isinstance(s, S2Sampling):
+        bias = semantic_bias(model, im_end_id)
+
+        def choose(logits: Tensor, history: list[Tensor]) -> Tensor:
+            recent = torch.tensor([int(f[0]) for f in history[1:][-RAS_WINDOW:]]) if history else None
+            return fast_frame_s2(model, logits, state["hidden"], s, recent, generator, bias)
+    else:
+        def choose(logits: Tensor, history: list[Tensor]) -> Tensor:
+            return fast_frame(model, logits, state["hidden"], s, penalty_window(history, c.num_codebooks + 1),
+                              generator)
 
     def step(frame: Tensor, i: int) -> Tensor:
         state["pos"] += 1

@@ -1,7 +1,13 @@
 """Find and load OpenAudio S1 / Fish Speech checkpoints in the upstream layout, unchanged:
 
     models/TTS/fish_speech/<model>/
-        config.json  model.pth  codec.pth  tokenizer.tiktoken  special_tokens.json
+        config.json  model.pth  codec.pth  tokenizer.tiktoken  special_tokens.json          (S1-mini)
+        config.json  model.safetensors[.index.json] + shards  codec.pth  tokenizer.json     (S2-Pro)
+
+S2 (fish-speech's repository head, config model_type "fish_qwen3_omni") is the same dual-AR model under
+other names: its tensors `text_model.model.<name>` are the slow LM's `<name>`, `audio_decoder.<name>` the
+fast LM's `fast_<name>` (`audio_decoder.codebook_embeddings` stays `codebook_embeddings`), as upstream's
+`_remap_fish_qwen3_omni_keys` maps them; they are read straight from the safetensors shards into place.
 
 Pickles are read with `torch.load(weights_only=True, mmap=True)` only. As upstream's loaders do, a
 `state_dict` wrapper and the "model." / "generator." prefixes are unwrapped, "audio_" tensors
@@ -18,24 +24,41 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...runtime.loading import CheckpointError, load_module_from_state
+from ...runtime.loading import (CheckpointError, SizeSource, checkpoint_path, load_module_from_state,
+                               load_module_renamed)
 from ..common import checkpoint
 from ..common.checkpoint import load_pickle, state_dict
 from ..common.dac import fold_weight_norm
 from .codec import CodecConfig, FishCodec
 from .model import DualARTransformer, FishConfig
-from .tokenizer import FishTokenizer
+from .tokenizer import FishTokenizer, HFTokenizer
 
 ENGINE = "fish_speech"
 REQUIRED = ("config.json", "model.pth", "codec.pth", "tokenizer.tiktoken", "special_tokens.json")
+REQUIRED_S2 = ("config.json", "codec.pth", "tokenizer.json")
+S2_FILES = (*REQUIRED_S2, "model.safetensors", "model.safetensors.index.json", "model-*.safetensors")
 
 
 class ModelFolderError(FileNotFoundError):
     """A folder that is not a complete Fish Speech model."""
 
 
+def is_s2_folder(folder: Path) -> bool:
+    return all((folder / f).is_file() for f in REQUIRED_S2) and checkpoint_path(folder).is_file()
+
+
 def is_model_folder(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in REQUIRED)
+    return all((folder / f).is_file() for f in REQUIRED) or is_s2_folder(folder)
+
+
+def s2_name(key: str) -> str:
+    """An S2 checkpoint tensor name -> the module's (upstream's `_remap_fish_qwen3_omni_keys`)."""
+    if key.startswith("text_model.model."):
+        return key[len("text_model.model."):]
+    if key.startswith("audio_decoder."):
+        rest = key[len("audio_decoder."):]
+        return rest if rest.startswith("codebook_embeddings.") else "fast_" + rest
+    return key
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -74,7 +97,11 @@ class FishBundle:
     config: FishConfig
     model: DualARTransformer
     codec: FishCodec
-    tokenizer: FishTokenizer
+    tokenizer: FishTokenizer | HFTokenizer
+
+    @property
+    def is_s2(self) -> bool:
+        return isinstance(self.tokenizer, HFTokenizer)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -85,41 +112,61 @@ class FishBundle:
         return self.tokenizer.token_id("<|im_end|>")
 
 
-def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
-                     codec_dtype: torch.dtype = torch.float32) -> FishBundle:
-    """The LM in `dtype` and the codec in `codec_dtype` (upstream runs it in float32 too), eval, on the CPU."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ModelFolderError(f"Fish Speech: model folder {folder} not found")
-    missing = [f for f in REQUIRED if not (folder / f).is_file()]
-    if missing:
-        raise ModelFolderError(f"Fish Speech: {folder} is missing {', '.join(missing)} (expected the upstream "
-                               "layout of fishaudio/openaudio-s1-mini)")
+def read_config(path: Path, s2: bool) -> tuple[FishConfig, SizeSource]:
+    """The config and, for errors naming its fields when the weights disagree, the file's data."""
+    data = read_json(path)
     try:
-        config = FishConfig.from_dict(read_json(folder / "config.json"))
+        return (FishConfig.from_omni(data) if s2 else FishConfig.from_dict(data)), SizeSource(path, data)
     except (TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
-        raise CheckpointError(f"Fish Speech: {folder / 'config.json'}: {e}") from None
-    try:
-        tokenizer = FishTokenizer.from_folder(folder)
-    except ValueError as e:
-        raise CheckpointError(f"Fish Speech: {e}") from None
-    if "<|im_end|>" not in tokenizer.special:
-        raise CheckpointError(f"Fish Speech: {folder / 'special_tokens.json'} has no <|im_end|> token")
-    vocab = len(tokenizer.ranks) + len(tokenizer.special)
-    if vocab > config.vocab_size:
-        raise CheckpointError(f"Fish Speech: {folder / 'config.json'}: vocab_size {config.vocab_size} is smaller "
-                              f"than the tokenizer's {vocab} tokens")
-    path = folder / "model.pth"
-    model = load_module_from_state(
-        lambda: DualARTransformer(config, tokenizer.semantic_begin_id, tokenizer.semantic_end_id),
-        lm_state(read_state(path), config.tie_word_embeddings), dtype, path).eval()
-    path = folder / "codec.pth"
+        raise CheckpointError(f"Fish Speech: {path}: {e}") from None
+
+
+def load_codec(path: Path, dtype: torch.dtype) -> FishCodec:
     state = codec_state(read_state(path))
     try:
         codec_config = CodecConfig.from_shapes({k: tuple(v.shape) for k, v in state.items()})
     except (KeyError, IndexError) as e:
         raise CheckpointError(f"{path}: not a modded-DAC codec (no tensor {e})") from None
-    codec = load_module_from_state(lambda: FishCodec(codec_config), state, codec_dtype, path).eval()
+    return load_module_from_state(lambda: FishCodec(codec_config), state, dtype, path).eval()
+
+
+def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
+                     codec_dtype: torch.dtype = torch.float32) -> FishBundle:
+    """The LM in `dtype` and the codec in `codec_dtype` (upstream runs it in float32 too), eval, on the CPU.
+    An S1 folder (model.pth) or an S2 one (safetensors shards, tokenizer.json)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFolderError(f"Fish Speech: model folder {folder} not found")
+    s2 = not (folder / "model.pth").is_file() and checkpoint_path(folder).is_file()
+    if s2:
+        missing = [f for f in REQUIRED_S2 if not (folder / f).is_file()]
+    else:
+        missing = [f for f in REQUIRED if not (folder / f).is_file()]
+    if missing:
+        raise ModelFolderError(f"Fish Speech: {folder} is missing {', '.join(missing)} (expected the upstream "
+                               "layout of fishaudio/openaudio-s1-mini or fishaudio/s2-pro)")
+    config, sizes = read_config(folder / "config.json", s2)
+    try:
+        tokenizer = HFTokenizer.from_folder(folder) if s2 else FishTokenizer.from_folder(folder)
+    except ValueError as e:
+        raise CheckpointError(f"Fish Speech: {e}") from None
+    names = "tokenizer.json" if s2 else "special_tokens.json"
+    if "<|im_end|>" not in tokenizer.special:
+        raise CheckpointError(f"Fish Speech: {folder / names} has no <|im_end|> token")
+    vocab = tokenizer.vocab_size if s2 else len(tokenizer.ranks) + len(tokenizer.special)
+    if vocab > config.vocab_size:
+        raise CheckpointError(f"Fish Speech: {folder / 'config.json'}: vocab_size {config.vocab_size} is smaller "
+                              f"than the tokenizer's {vocab} tokens")
+
+    def build() -> DualARTransformer:
+        return DualARTransformer(config, tokenizer.semantic_begin_id, tokenizer.semantic_end_id)
+    if s2:
+        model = load_module_renamed(build, checkpoint_path(folder), s2_name, dtype, sizes).eval()
+    else:
+        path = folder / "model.pth"
+        model = load_module_from_state(build, lm_state(read_state(path), config.tie_word_embeddings), dtype,
+                                       path, sizes).eval()
+    codec = load_codec(folder / "codec.pth", codec_dtype)
     return FishBundle(folder, config, model, codec, tokenizer)

@@ -56,6 +56,7 @@ class FishConfig:
     codebook_size: int = 160
     num_codebooks: int = 4
     scale_codebook_embeddings: bool = False
+    norm_fastlayer_input: bool = False      # S2: the fast LM starts from the normed slow state
     n_fast_layer: int = 4
     fast_dim: int | None = None
     fast_n_head: int | None = None
@@ -95,6 +96,38 @@ class FishConfig:
         if unknown:
             raise ValueError(f"unknown fields {unknown} (not a Fish Speech 0.1 / OpenAudio S1 config)")
         return cls(**{k: v for k, v in d.items() if k in known})
+
+    @classmethod
+    def from_omni(cls, d: dict[str, Any]) -> FishConfig:
+        """Fish Audio S2's nested config (model_type "fish_qwen3_omni": `text_config` for the slow LM,
+        `audio_decoder_config` for the fast one), flattened as upstream's `_from_fish_qwen3_omni` does:
+        the slow LM's rope base and norm eps serve both, codebook embeddings are scaled and the fast LM
+        reads the normed slow state. Fields upstream does not read are ignored as it ignores them."""
+        if d.get("model_type") != "fish_qwen3_omni":
+            raise ValueError(f"model_type {d.get('model_type')!r}: expected 'fish_qwen3_omni' (Fish Audio S2)")
+        tc, adc = d.get("text_config"), d.get("audio_decoder_config")
+        if not isinstance(tc, dict) or not isinstance(adc, dict):
+            raise ValueError("expected objects text_config and audio_decoder_config")
+        try:
+            flat: dict[str, Any] = dict(
+                vocab_size=tc["vocab_size"], n_layer=tc["n_layer"], n_head=tc["n_head"], dim=tc["dim"],
+                n_local_heads=tc.get("n_local_heads", -1), head_dim=tc.get("head_dim"),
+                intermediate_size=tc.get("intermediate_size"), rope_base=tc.get("rope_base", 10000),
+                norm_eps=tc.get("norm_eps", 1e-5), max_seq_len=tc.get("max_seq_len", 2048),
+                tie_word_embeddings=tc.get("tie_word_embeddings", True),
+                attention_qkv_bias=tc.get("attention_qkv_bias", False),
+                attention_o_bias=tc.get("attention_o_bias", False),
+                attention_qk_norm=tc.get("attention_qk_norm", False),
+                scale_codebook_embeddings=True, norm_fastlayer_input=True,
+                codebook_size=adc["vocab_size"], num_codebooks=adc["num_codebooks"], n_fast_layer=adc["n_layer"],
+                fast_dim=adc.get("dim"), fast_n_head=adc.get("n_head"), fast_n_local_heads=adc.get("n_local_heads"),
+                fast_head_dim=adc.get("head_dim"), fast_intermediate_size=adc.get("intermediate_size"),
+                fast_attention_qkv_bias=adc.get("attention_qkv_bias"),
+                fast_attention_qk_norm=adc.get("attention_qk_norm"),
+                fast_attention_o_bias=adc.get("attention_o_bias"))
+        except KeyError as e:
+            raise ValueError(f"missing field {e.args[0]!r}") from None
+        return cls(**{k: v for k, v in flat.items() if v is not None})
 
     def fast(self) -> FishConfig:
         """The fast transformer's layer sizes (upstream's `dataclasses.replace` of the config)."""
@@ -226,7 +259,7 @@ class DualARTransformer(nn.Module):
         x = x[:, -1:]
         h = self.norm(x)
         logits = F.linear(h, self.embeddings.weight) if self.output is None else self.output(h)
-        return logits[0, -1], self.fast_project_in(x)
+        return logits[0, -1], self.fast_project_in(h if self.config.norm_fastlayer_input else x)
 
     def forward_fast(self, x: Tensor, cache: KVCache, position: int) -> Tensor:
         """One codebook position of the fast LM: x [1, 1, fast_dim] -> logits [codebook_size]."""

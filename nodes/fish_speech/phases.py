@@ -1,4 +1,5 @@
-"""Fish Speech (OpenAudio S1-mini) on the runtime: two components, three phases per chunk.
+"""Fish Speech (OpenAudio S1-mini; S2-Pro through FishS2Engine) on the runtime: two components, three
+phases per chunk.
 
     engine = FishSpeechEngine(load_fish_speech(folder), manager, device="cuda")
     with manager.request(seed=0) as ctx:
@@ -26,7 +27,7 @@ from ...runtime.lm.cache import peak_bytes
 from ..common.decode import frames_estimate
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
-from .generate import Sampling, build_prompt, generate_codes
+from .generate import S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
 from .loader import FishBundle
 
 # The languages S1 was trained on; the model reads the language from the text itself (no language input).
@@ -118,8 +119,11 @@ class FishSpeechEngine(Engine):
         samples = codes.shape[1] * self.bundle.codec.config.frame_length
         return ctx.run("decode", [self.codec], run, memory=self.codec_memory(samples))
 
+    sampling = Sampling
+    prompt_builder = staticmethod(build_prompt)
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
-        s = Sampling(**{k: v for k, v in chunk.options.items() if v is not None})
+        s = self.sampling(**{k: v for k, v in chunk.options.items() if v is not None})
         s.validate()
         ref_codes = None
         if chunk.reference is not None:
@@ -127,9 +131,20 @@ class FishSpeechEngine(Engine):
                 chunk.cache["reference_codes"] = self.reference_codes(ctx, chunk.reference.wav)
             ref_codes = chunk.cache["reference_codes"]
         tok = self.bundle.tokenizer
-        prompt = build_prompt(tok, chunk.text, self.bundle.config.num_codebooks, chunk.reference_text, ref_codes)
+        prompt = self.prompt_builder(tok, chunk.text, self.bundle.config.num_codebooks, chunk.reference_text,
+                                     ref_codes)
         codes = self.codes(ctx, prompt, len(tok.encode(chunk.text)), s, chunk.progress)
         if codes.shape[1] == 0:
             return torch.zeros(0)
         return self.decode(ctx, codes)
 
+
+
+class FishS2Engine(FishSpeechEngine):
+    """Fish Audio S2-Pro: the same modules and phases; S2's chat prompt and constrained top-k sampling with
+    Repetition Aware Sampling (generate.py). Speaker tags `<|speaker:N|>` and inline `[tag]` instructions
+    are text to the model."""
+    options: ClassVar[dict[str, type]] = {"temperature": float, "top_p": float, "top_k": int,
+                                          "max_new_tokens": int, "do_sample": bool}
+    sampling = S2Sampling
+    prompt_builder = staticmethod(build_chat_prompt)

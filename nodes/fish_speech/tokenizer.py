@@ -182,3 +182,37 @@ class FishTokenizer:
         for piece in pretokenize(text):
             ids += byte_pair_encode(piece.encode("utf-8"), self.ranks)
         return ids
+
+
+class HFTokenizer:
+    """Fish Audio S2's `tokenizer.json` (a Qwen3 byte-level BPE) through the `tokenizers` library, which is
+    what upstream's AutoTokenizer runs: `encode(text, add_special_tokens=False)`, added tokens recognised
+    in the text. The semantic range is the lowest and highest id of `<|semantic:0..4095|>` in the
+    vocabulary, as upstream's FishTokenizer computes it (its config's ids are overridden the same way)."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tok = tokenizer
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        ids = [vocab[t] for i in range(4096) if (t := f"<|semantic:{i}|>") in vocab]
+        if not ids:
+            raise ValueError("no semantic tokens <|semantic:N|> in the vocabulary")
+        self.semantic_begin_id, self.semantic_end_id = min(ids), max(ids)
+        self.vocab_size = max(vocab.values()) + 1
+        self.special = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> HFTokenizer:
+        from tokenizers import Tokenizer       # imported on first use: only S2 folders need it
+        path = folder / "tokenizer.json"
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+        except Exception as e:                 # the library's own errors (bad JSON, unknown model)
+            raise ValueError(f"{path} is not a tokenizers tokenizer.json: {e}") from None
+
+    def token_id(self, token: str) -> int:
+        return self.special[token]
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids

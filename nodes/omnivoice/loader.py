@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ...runtime.loading import CheckpointError, checkpoint_path, load_module, read_safetensors_header
+from ...runtime.loading import CheckpointError, SizeSource, checkpoint_path, load_module, read_safetensors_header
 from ..common import checkpoint
 from ..common.checkpoint import ModelFolderError
 from .codec import CodecConfig, HiggsAudioTokenizer
@@ -83,8 +83,10 @@ def load_omnivoice(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     codec_config = parse(codec_file, CodecConfig.from_dict, "a Higgs Audio V2 tokenizer config")
     codec_weights = checkpoint_path(folder / "audio_tokenizer")
     extra = MASKED_SPEC_EMBED in _keys(codec_weights)
-    model = load_module(lambda: OmniVoiceLM(config), checkpoint_path(folder), dtype).eval()
-    codec = load_module(lambda: HiggsAudioTokenizer(codec_config, extra), codec_weights, codec_dtype).eval()
+    model = load_module(lambda: OmniVoiceLM(config), checkpoint_path(folder), dtype,
+                        SizeSource(folder / "config.json", read_json(folder / "config.json"))).eval()
+    codec = load_module(lambda: HiggsAudioTokenizer(codec_config, extra), codec_weights, codec_dtype,
+                        SizeSource(codec_file, read_json(codec_file))).eval()
     return OmniVoiceBundle(folder, config, model, codec)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ...runtime.loading import CheckpointError, checkpoint_path, load_module
+from ...runtime.loading import CheckpointError, SizeSource, checkpoint_path, load_module
 from ..common import checkpoint
 from ..common.checkpoint import ModelFolderError
 from .codec import CodecConfig, SpeechTokenizer
@@ -77,14 +77,15 @@ def load_qwen3_tts(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     if missing:
         raise ModelFolderError(f"Qwen3-TTS: {folder} is missing {', '.join(missing)} (expected the upstream layout of "
                                "a Qwen/Qwen3-TTS-12Hz-* repository)")
+    raw, codec_raw = read_json(folder / "config.json"), read_json(folder / "speech_tokenizer" / "config.json")
     try:
-        config = Qwen3TTSConfig.from_dict(read_json(folder / "config.json"))
+        config = Qwen3TTSConfig.from_dict(raw)
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"Qwen3-TTS: {folder / 'config.json'} is not a Qwen3-TTS config: {e}") from None
     try:
-        codec_config = CodecConfig.from_dict(read_json(folder / "speech_tokenizer" / "config.json"))
+        codec_config = CodecConfig.from_dict(codec_raw)
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -93,7 +94,8 @@ def load_qwen3_tts(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     generate_defaults = {}
     if (folder / "generation_config.json").is_file():
         generate_defaults = read_json(folder / "generation_config.json")
-    model = load_module(lambda: Qwen3TTS(config), checkpoint_path(folder), dtype).eval()
+    model = load_module(lambda: Qwen3TTS(config), checkpoint_path(folder), dtype,
+                        SizeSource(folder / "config.json", raw)).eval()
     codec = load_module(lambda: SpeechTokenizer(codec_config), checkpoint_path(folder / "speech_tokenizer"),
-                        codec_dtype or dtype).eval()
+                        codec_dtype or dtype, SizeSource(folder / "speech_tokenizer" / "config.json", codec_raw)).eval()
     return Qwen3TTSBundle(folder, config, model, codec, generate_defaults)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ...runtime.lm.cache import make_cache
+from ...runtime.lm.cache import BufferCache, make_cache
 from ..common.decode import autoregress
 from ..common.flow import cfg_zero_star, guided, noise, solve, sway_sampling
 from .audiovae import AudioVAE
@@ -112,50 +112,11 @@ class Frame:
     stop: bool
 
 
-class BlockCache:
-    """KV cache read whole: zero-filled per-layer buffers of `block` positions, doubled when full, returned
-    entire with a mask of the filled part (`mask`), as upstream's preallocated cache is read."""
-
-    def __init__(self, block: int) -> None:
-        self.block = block
-        self._k: list[Tensor] = []
-        self._v: list[Tensor] = []
-        self._len: list[int] = []
-
-    @property
-    def seq_len(self) -> int:
-        return self._len[0] if self._len else 0
-
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        start = self._len[layer] if layer < len(self._len) else 0
-        end = start + k.shape[2]
-        capacity = self.block
-        while capacity < end:
-            capacity *= 2
-        if layer == len(self._len):
-            self._k.append(k.new_zeros(*k.shape[:2], capacity, k.shape[3]))
-            self._v.append(v.new_zeros(*v.shape[:2], capacity, v.shape[3]))
-            self._len.append(0)
-        elif capacity > self._k[layer].shape[2]:
-            for bufs in (self._k, self._v):      # one at a time: the old K is freed before V grows
-                grown = bufs[layer].new_zeros(*bufs[layer].shape[:2], capacity, bufs[layer].shape[3])
-                grown[:, :, :start].copy_(bufs[layer][:, :, :start])
-                bufs[layer] = grown
-        self._k[layer][:, :, start:end].copy_(k)
-        self._v[layer][:, :, start:end].copy_(v)
-        self._len[layer] = end
-        return self._k[layer], self._v[layer]
-
-    def mask(self, layer: int) -> Tensor:
-        """[1, 1, 1, capacity] bool: True where a key is filled."""
-        buf = self._k[layer]
-        return (torch.arange(buf.shape[2], device=buf.device) < self._len[layer]).view(1, 1, 1, -1)
-
-
 def kv_cache(kind: str, max_length: int):
-    """The cache for `compute.kv_cache`: "dynamic" (runtime.lm.cache) or "static" (BlockCache)."""
+    """The cache for `compute.kv_cache`: "dynamic", or "static" read whole with a mask as upstream's
+    preallocated cache is (runtime.lm.cache)."""
     if kind == "static":
-        return BlockCache(min(ATTENTION_BLOCK, max_length))
+        return BufferCache(min(ATTENTION_BLOCK, max_length), whole=True)
     return make_cache(kind)
 
 

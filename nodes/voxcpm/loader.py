@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ...runtime.loading import CheckpointError, load_module, load_module_from_state
+from ...runtime.loading import CheckpointError, SizeSource, load_module, load_module_from_state
 from ..common.checkpoint import ModelFolderError, load_pickle, read_json, state_dict
 from .audiovae import AudioVAE, AudioVAEConfig
 from .model import ConfigError, VoxCPM2, VoxCPMConfig
@@ -48,15 +48,15 @@ def read_config(path: Path) -> tuple[VoxCPMConfig, AudioVAEConfig]:
         raise CheckpointError(f"VoxCPM: {path}: {e}") from None
 
 
-def load_audiovae(path: Path, config: AudioVAEConfig) -> AudioVAE:
+def load_audiovae(path: Path, config: AudioVAEConfig, sizes: SizeSource | None = None) -> AudioVAE:
     """The AudioVAE from `audiovae.pth` (torch pickle, weights only; a nested "state_dict" accepted as upstream
     does) or `audiovae.safetensors`, in float32."""
     if path.suffix == ".safetensors":
-        return load_module(lambda: AudioVAE(config), path, torch.float32).eval()
+        return load_module(lambda: AudioVAE(config), path, torch.float32, sizes).eval()
     obj = load_pickle(path)
     nested = isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict)
     state = state_dict(obj, path, key="state_dict" if nested else None)
-    return load_module_from_state(lambda: AudioVAE(config), state, torch.float32, source=path).eval()
+    return load_module_from_state(lambda: AudioVAE(config), state, torch.float32, path, sizes).eval()
 
 
 @dataclass
@@ -98,6 +98,7 @@ def load_voxcpm(folder: str | Path, dtype: torch.dtype | None = torch.bfloat16) 
         if config.dtype not in names:
             raise CheckpointError(f"VoxCPM: {folder / 'config.json'}: dtype: unknown {config.dtype!r}")
         dtype = names[config.dtype]
-    model = load_module(lambda: VoxCPM2(config), folder / "model.safetensors", dtype).eval()
-    vae = load_audiovae(vae_file(folder), vae_config)
+    sizes = SizeSource(folder / "config.json", read_json(folder / "config.json", "VoxCPM"))
+    model = load_module(lambda: VoxCPM2(config), folder / "model.safetensors", dtype, sizes).eval()
+    vae = load_audiovae(vae_file(folder), vae_config, sizes)
     return VoxCPMBundle(folder, config, model, vae)

@@ -194,7 +194,7 @@ class MiniCPMAttention(Attention):
         else:               # one new position against everything cached
             if t != 1:
                 raise ValueError("MiniCPMAttention: after a prefill, positions are added one at a time")
-            mask = cache.mask(layer) if hasattr(cache, "mask") else None
+            mask = cache.mask(layer) if getattr(cache, "whole", False) else None
             y = F.scaled_dot_product_attention(q.contiguous(), k_all.contiguous(), v_all.contiguous(),
                                                attn_mask=mask, enable_gqa=True)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))

@@ -76,12 +76,17 @@ class DynamicCache:
 
 
 class BufferCache:
-    """Per-layer preallocated K/V buffers of `initial` positions, doubled when full."""
+    """Per-layer preallocated K/V buffers of `initial` positions, doubled when full.
 
-    def __init__(self, initial: int = 256) -> None:
+    whole=True reads the buffers as a preallocated cache is read upstream (VoxCPM's): zero-filled, returned
+    entire, with `mask(layer)` marking the filled part; attention over the padded length is what such a
+    model's numbers were made with."""
+
+    def __init__(self, initial: int = 256, whole: bool = False) -> None:
         if initial <= 0:
             raise ValueError("BufferCache needs initial > 0")
         self.initial = initial
+        self.whole = whole
         self._k: list[Tensor] = []
         self._v: list[Tensor] = []
         self._len: list[int] = []
@@ -96,19 +101,26 @@ class BufferCache:
         end = start + k.shape[_SEQ]
         if layer_idx == len(self._len):
             capacity = _capacity(self.initial, end)
-            self._k.append(_buffer(k, capacity))
-            self._v.append(_buffer(v, capacity))
+            self._k.append(_buffer(k, capacity, self.whole))
+            self._v.append(_buffer(v, capacity, self.whole))
             self._len.append(0)
         elif end > self._k[layer_idx].shape[_SEQ]:
             capacity = _capacity(self.initial, end)
             # One at a time: the old K is freed before V grows.
-            self._k[layer_idx] = _grown(self._k[layer_idx], start, capacity)
-            self._v[layer_idx] = _grown(self._v[layer_idx], start, capacity)
+            self._k[layer_idx] = _grown(self._k[layer_idx], start, capacity, self.whole)
+            self._v[layer_idx] = _grown(self._v[layer_idx], start, capacity, self.whole)
         k_buf, v_buf = self._k[layer_idx], self._v[layer_idx]
         k_buf[:, :, start:end].copy_(k)
         v_buf[:, :, start:end].copy_(v)
         self._len[layer_idx] = end
+        if self.whole:
+            return k_buf, v_buf
         return k_buf[:, :, :end], v_buf[:, :, :end]
+
+    def mask(self, layer_idx: int) -> Tensor:
+        """[1, 1, 1, capacity] bool, True where a key is filled (for whole=True)."""
+        buf = self._k[layer_idx]
+        return (torch.arange(buf.shape[_SEQ], device=buf.device) < self._len[layer_idx]).view(1, 1, 1, -1)
 
     def reset(self) -> None:
         self._k.clear()
@@ -116,14 +128,14 @@ class BufferCache:
         self._len.clear()
 
 
-def _buffer(like: Tensor, capacity: int) -> Tensor:
+def _buffer(like: Tensor, capacity: int, zeros: bool = False) -> Tensor:
     shape = list(like.shape)
     shape[_SEQ] = capacity
-    return like.new_empty(shape)
+    return like.new_zeros(shape) if zeros else like.new_empty(shape)
 
 
-def _grown(buf: Tensor, filled: int, capacity: int) -> Tensor:
-    grown = _buffer(buf, capacity)
+def _grown(buf: Tensor, filled: int, capacity: int, zeros: bool = False) -> Tensor:
+    grown = _buffer(buf, capacity, zeros)
     grown[:, :, :filled].copy_(buf[:, :, :filled])
     return grown
 

@@ -10,7 +10,9 @@ The server runs on 127.0.0.1 on a free port with `--cpu` and a temporary base di
 written into the checkout) and is stopped by its PID at the end. The pack's runtime is told to
 simulate a 26 MB device (MIZUOTO_COMPUTE_SIMULATE_VRAM_MB): the embedded voice's acoustic model
 (23.5 MB plus its working memory) then does not fit whole, so the run exercises partial placement
-and weight streaming inside ComfyUI, and the panel has real bars to show. See README.md here.
+and weight streaming inside ComfyUI, and the panel has real bars to show. The eviction test runs its
+own server, in which ComfyUI arbitrates a simulated 128 MB device as its GPU (simgpu_node/).
+See README.md here.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -265,6 +268,96 @@ def test_cached_loader_output_survives_ram_relief():
         check_audio_output(srv, second, "3")
         assert second["outputs"]["3"]["audio"] != first["outputs"]["3"]["audio"]
         assert "is not registered" not in srv.log()
+
+
+# ---- ComfyUI's own model and our voice evict each other on one simulated GPU ---------------------------
+SHARED_VRAM_MB = 128  # "8 GB" at test_bridge's 1/64 scale: the stand-in (96) and our voice (23.5) do not both fit
+STANDIN_MB = 96
+TEXTS = ["The image model has to make room for this voice.", "And then the voice makes room again."]
+
+
+def speak_inputs(text: str | list) -> dict:
+    return {**API_PROMPT["2"]["inputs"], "text": text, "model": ["1", 0]}
+
+
+def clean_prompt() -> dict:
+    """Our voice alone on the device: each text spoken and its waveform saved exactly."""
+    prompt = {"1": API_PROMPT["1"]}
+    for k, text in enumerate(TEXTS):
+        prompt[f"2{k}"] = {"class_type": "MizuotoSpeak", "inputs": speak_inputs(text)}
+        prompt[f"3{k}"] = {"class_type": "MizuotoE2ESaveWaveform",
+                           "inputs": {"audio": [f"2{k}", 0], "name": f"clean{k}"}}
+    return prompt
+
+
+def eviction_prompt(k: int) -> dict:
+    """The stand-in diffusion model runs (load_models_gpu), then our Speak, then the stand-in again.
+
+    The stand-in runs are never cached (IS_CHANGED is NaN) and feed Speak its text, so Speak runs
+    on every prompt and strictly between them; the loader outputs stay cached between prompts."""
+    return {
+        "1": API_PROMPT["1"],
+        "11": {"class_type": "MizuotoE2EStandinModel", "inputs": {"size_mb": STANDIN_MB}},
+        "10": {"class_type": "MizuotoE2EStandinRun", "inputs": {"model": ["11", 0], "text": TEXTS[k]}},
+        "2": {"class_type": "MizuotoSpeak", "inputs": speak_inputs(["10", 0])},
+        "12": {"class_type": "MizuotoE2EStandinRun", "inputs": {"model": ["11", 0], "text": "", "after": ["2", 0]}},
+        "3": {"class_type": "MizuotoE2ESaveWaveform", "inputs": {"audio": ["2", 0], "name": f"evicted{k}"}},
+    }
+
+
+def check_accounting(snap: dict, where: str) -> None:
+    """One device, two owners: ComfyUI and the pack read the same free memory, nothing is over."""
+    assert snap["external"] == snap["standin_loaded"], (where, snap)
+    assert snap["comfy_free"] == snap["pack_free"] == snap["capacity"] - snap["used"] - snap["external"], (where, snap)
+    assert snap["used"] + snap["external"] <= snap["capacity"] and snap["peak"] <= snap["capacity"], (where, snap)
+    # between requests the pack holds nothing on the device but its placed weights
+    assert snap["ours_in_use"] == 0 and snap["used"] == snap["ours_loaded"], (where, snap)
+
+
+def test_comfy_model_and_our_voice_evict_each_other():
+    """ComfyUI arbitrates the simulated device as its GPU (simgpu_node): a diffusion-sized ModelPatcher
+    and our voice take memory from each other through ComfyUI's own free_memory, across two prompts,
+    and our audio is equal to the clean run's."""
+    env = {"MIZUOTO_COMPUTE_SIMULATE_VRAM_MB": str(SHARED_VRAM_MB)}
+    mb = 1 << 20
+    with ComfyServer(comfyui_path(), env=env, extra_custom_nodes={"mizuoto_e2e_simgpu": HERE / "simgpu_node"}) as srv:
+        clean = srv.run_prompt(clean_prompt())
+        assert clean["status"]["status_str"] == "success", json.dumps(clean["status"], indent=1)[:3000]
+        report = runtime(srv)
+        assert report["device"] == "cpu:0" and report["total_mb"] == SHARED_VRAM_MB, report
+        rows = []
+        for k in range(len(TEXTS)):
+            entry = srv.run_prompt(eviction_prompt(k))
+            assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:3000]
+            first, second = entry["outputs"]["10"]["runs"][0], entry["outputs"]["12"]["runs"][0]
+            snaps = [("before", first["before"]), ("stand-in loads", first["after"]),
+                     ("voice speaks", second["before"]), ("stand-in loads again", second["after"])]
+            for where, snap in snaps:
+                check_accounting(snap, f"prompt {k}: {where}")
+            rows += [(k, where, snap) for where, snap in snaps]
+            before, loaded, spoke, again = (snap for _, snap in snaps)
+            assert loaded["standin_loaded"] == STANDIN_MB * mb, loaded  # the stand-in runs whole
+            if k == 0:  # its first load takes memory from our voice, resident since the clean run
+                assert before["ours_loaded"] > loaded["ours_loaded"], (before, loaded)
+            # We load: ComfyUI's model gives memory back through ComfyUI's own free_memory.
+            assert spoke["standin_loaded"] < loaded["standin_loaded"], (loaded, spoke)
+            assert spoke["ours_loaded"] > loaded["ours_loaded"], (loaded, spoke)
+            # It loads: ComfyUI takes our units back through the bridge.
+            assert again["ours_loaded"] < spoke["ours_loaded"], (spoke, again)
+            assert again["gave_up_for"] == {"acoustic": "ComfyUI"}, again
+            assert again["standin_loaded"] == STANDIN_MB * mb, again
+            # Our audio is exactly the clean run's.
+            out = srv.base / "output"
+            evicted = torch.load(out / f"evicted{k}.pt")
+            assert torch.equal(evicted, torch.load(out / f"clean{k}.pt")), k
+            # ComfyUI made the room itself: our placement never ran out of memory and retried.
+            last = runtime(srv)["last"]
+            assert last["applied"]["oom_retries"] == 0 and last["memory"]["partial"] == {}, last
+        assert "ComfyUI took back" in srv.log()
+    print("\nprompt | step | stand-in loaded MB | our loaded MB | pack used MB | free MB")
+    for k, where, s in rows:
+        print(f"{k} | {where} | {s['standin_loaded'] / mb:.1f} | {s['ours_loaded'] / mb:.1f} | "
+              f"{s['used'] / mb:.1f} | {s['pack_free'] / mb:.1f}")
 
 
 # ---- the frontend: the workflow run from the UI, and our panel ---------------------------------------

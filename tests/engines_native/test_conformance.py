@@ -12,6 +12,7 @@ A new engine gets all of this by registering its EngineSpec and writing `conform
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 import importlib.util
 from pathlib import Path
@@ -140,3 +141,37 @@ def test_declared_capabilities_are_honoured_and_the_rest_refused(engine_case):
     if caps.instruction:
         styled, _ = synthesize(engine, dataclasses.replace(case.request, instruction=case.instruction))
         assert styled.numel() > 0
+
+
+WIDTH = re.compile(r'^(\s*"?)(hidden_size|dim|hidden_dim|d_model|output_size|llm_input_size)("?\s*:\s*)(\d+)', re.M)
+
+
+def test_a_config_that_does_not_fit_the_weights_names_the_file_and_field(tmp_path):
+    """Every engine: the first width field (hidden_size, dim, ...) of each config file doubled -> the load fails
+    with an error naming that file and that field (compared with the checkpoint's header before any weight is
+    read), never a bare shape mismatch or an allocation of the wrong size. Edited as text: HyperPyYAML's
+    tags do not survive a YAML round trip."""
+    from mizuoto.runtime.loading import CheckpointError
+    checked = []
+    for engine_id, spec in sorted(ENGINES.items()):
+        case = conformance_case(engine_id, tmp_path / engine_id)
+        if case.folder is None:
+            continue
+        configs = sorted(p for p in case.folder.rglob("*") if p.name == "config.json" or p.suffix == ".yaml")
+        for path in configs:
+            text = path.read_text()
+            m = WIDTH.search(text)
+            if m is None:
+                continue
+            path.write_text(text[:m.start(4)] + str(2 * int(m[4])) + text[m.end(4):])
+            try:
+                with pytest.raises(CheckpointError) as e:
+                    spec.build(LoadRequest("tiny", case.folder, torch.float32, torch.device("cpu")),
+                               ModelManager(DeviceService()))
+            finally:
+                path.write_text(text)
+            assert path.name in str(e.value) and m[2] in str(e.value), \
+                f"{engine_id}: {path.relative_to(case.folder)} {m[2]} doubled: {str(e.value)[:300]}"
+            checked.append(f"{engine_id}:{path.relative_to(case.folder)}:{m[2]}")
+    engines = {c.split(":")[0] for c in checked}
+    assert engines == {e for e in ENGINES if e != "hibari"}, checked

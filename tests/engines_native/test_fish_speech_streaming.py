@@ -1,16 +1,17 @@
 """Fish Speech (tiny random checkpoint in the upstream layout) streamed, half-resident and resident on the
 strict simulated device gives codes and audio equal to a plain CPU run; the working-memory estimates of
-the three phases cover what they really allocate."""
+the three phases cover what they really allocate. The S2 variant (tiny S2 folder) streamed and
+half-resident equals its plain run too."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fish_speech.tiny import write_tiny_checkpoint
+from fish_speech.tiny import write_tiny_checkpoint, write_tiny_s2
 from mizuoto.nodes.common.engine import Chunk, Reference
-from mizuoto.nodes.fish_speech.generate import Sampling, build_prompt, generate_codes
+from mizuoto.nodes.fish_speech.generate import S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
 from mizuoto.nodes.fish_speech.loader import load_fish_speech
-from mizuoto.nodes.fish_speech.phases import FishSpeechEngine
+from mizuoto.nodes.fish_speech.phases import FishS2Engine, FishSpeechEngine
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
 from runtime_helpers import residency_capacity
 
@@ -123,3 +124,45 @@ def test_codec_estimate_covers_measured_working_memory(folder, seconds):
           f"decode estimate {estimate_dec / 2**20:.1f} measured {decode_peak / 2**20:.1f}")
     assert encode_peak <= estimate and decode_peak <= estimate_dec
     assert estimate - (1 << 20) <= 8 * encode_peak and estimate_dec - (1 << 20) <= 8 * decode_peak
+
+
+# ---- Fish Audio S2 (the config variant): its own prompt and sampling, the same modules and phases ----------
+S2_OPTIONS = {"max_new_tokens": 10, "temperature": 0.7, "top_p": 0.9, "top_k": 20}
+
+
+@pytest.fixture(scope="module")
+def s2_folder(tmp_path_factory):
+    return write_tiny_s2(tmp_path_factory.mktemp("fish_s2") / "tiny_s2", seed=7, text_n_layer=12, text_dim=128,
+                         text_n_head=4, text_head_dim=32, text_intermediate_size=512)
+
+
+@pytest.fixture(scope="module")
+def s2_plain(s2_folder):
+    torch.set_num_threads(1)
+    b = load_fish_speech(s2_folder, torch.float32)
+    with torch.inference_mode():
+        ref = b.codec.encode(reference().wav)
+        prompt = build_chat_prompt(b.tokenizer, TEXT, b.config.num_codebooks, REF_TEXT, ref)
+        codes = generate_codes(b.model, prompt, S2Sampling(**S2_OPTIONS), torch.Generator().manual_seed(SEED),
+                               b.im_end_id)
+        return codes, b.codec.decode(codes)
+
+
+@pytest.mark.parametrize("residency", ["none", "half"])
+def test_s2_streamed_and_half_equal_plain_run(s2_folder, s2_plain, residency):
+    devices = DeviceService(simulate={"cpu": 1 << 30})
+    probe = FishS2Engine(load_fish_speech(s2_folder, torch.float32), ModelManager(devices), min_unit_bytes=UNIT)
+    working = probe.generate_memory(96, 8, S2_OPTIONS["max_new_tokens"])
+    mode, capacity = residency_capacity(probe.lm, residency, working=working)
+    capacity = max(capacity, probe.codec.size_bytes + probe.codec_memory(reference().wav.numel()) + (2 << 20))
+    if residency == "half":
+        assert capacity < probe.lm.size_bytes
+    manager = ModelManager(DeviceService(simulate={"cpu": capacity}, strict=True),
+                           VramPolicy({"compute.vram_mode": mode}))
+    engine = FishS2Engine(load_fish_speech(s2_folder, torch.float32), manager, min_unit_bytes=UNIT)
+    with engine.manager.request(seed=SEED) as ctx:
+        ctx.generator.manual_seed(SEED)
+        audio = engine.speak_chunk(ctx, Chunk(TEXT, seed=SEED, reference=reference(), reference_text=REF_TEXT,
+                                              options=S2_OPTIONS))
+    assert torch.equal(audio, s2_plain[1])
+    assert ctx.meta["applied"]["oom_retries"] == 0 and engine.lm.streamed_bytes > 0

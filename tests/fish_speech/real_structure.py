@@ -4,11 +4,22 @@
 
 Codec: built on `meta` from the published `configs/modded_dac_vq.yaml` of the installed package (read as
 plain data), weight norm applied as upstream does, so the names are those of `codec.pth`.
-LM: upstream's DualARTransformer on `meta` from LM_CONFIG below. The published
-fishaudio/openaudio-s1-mini/config.json is not reachable from this machine (gated hub, no network), so
-LM_CONFIG is a 0.5B-shaped dual-AR config exercising every structural option of the format (GQA, q/k norm,
-a fast transformer narrower than the slow one with its projection, tied head); replace it with the
-published file's contents when available and rerun.
+LM: upstream's DualARTransformer on `meta` from LM_CONFIG below. The hub file
+fishaudio/openaudio-s1-mini/config.json is gated and not reachable from this machine; LM_CONFIG is its
+content as fish-speech's own loader printed it when loading the published checkpoint
+("Loading model from /app/checkpoints/s1-mini, config: DualARModelArgs(model_type='dual_ar',
+vocab_size=155776, n_layer=28, n_head=16, dim=1024, intermediate_size=3072, n_local_heads=8, head_dim=128,
+rope_base=1000000, norm_eps=1e-06, max_seq_len=8192, ..., tie_word_embeddings=False, ...,
+attention_qk_norm=True, codebook_size=4096, num_codebooks=10, ..., scale_codebook_embeddings=True, ...,
+n_fast_layer=4, fast_dim=1024, fast_n_head=16, fast_n_local_heads=8, fast_head_dim=64,
+fast_intermediate_size=3072, ...)" followed by "Model weights loaded - Status: <All keys matched
+successfully>"), a docker log of the repository head's server kept in a public GitHub repository (the
+search index holds it as file 57538744771 without naming the repository). sgl-project/sglang-omni pull
+request #103 agrees independently ("S1-Mini (~500M params, dim=1024, 28 slow layers)", a 4-layer fast
+transformer); the slow LM is Qwen3-0.6B's shape (fishaudio/fish-speech issue #1081: "OpenAudio S1
+leverages the Qwen3 architecture"). Fields that change nothing at inference (dropout, init scale,
+gradient checkpointing) are left out; the head-only fields of that print (semantic ids, audio_embed_dim,
+norm_fastlayer_input=False) are not in 0.1.0's DualARModelArgs and are their defaults.
 """
 from __future__ import annotations
 
@@ -35,12 +46,12 @@ from fish_speech.tiny import write_tokenizer  # noqa: E402
 from fish_speech.tokenizer import FishTokenizer  # noqa: E402
 
 LM_CONFIG = {"model_type": "dual_ar", "vocab_size": 155776, "n_layer": 28, "n_head": 16, "dim": 1024,
-             "intermediate_size": 3072, "n_local_heads": 8, "head_dim": 128, "rope_base": 1000000.0,
-             "norm_eps": 1e-6, "max_seq_len": 8192, "dropout": 0.0, "tie_word_embeddings": True,
-             "attention_qkv_bias": False, "attention_qk_norm": True, "codebook_size": 4096, "num_codebooks": 10,
-             "use_gradient_checkpointing": True, "initializer_range": 0.02, "scale_codebook_embeddings": True,
-             "n_fast_layer": 4, "fast_dim": 768, "fast_n_head": 12, "fast_n_local_heads": 4, "fast_head_dim": 64,
-             "fast_intermediate_size": 2048, "fast_attention_qkv_bias": False, "fast_attention_qk_norm": False}
+             "intermediate_size": 3072, "n_local_heads": 8, "head_dim": 128, "rope_base": 1000000,
+             "norm_eps": 1e-6, "max_seq_len": 8192, "tie_word_embeddings": False, "attention_qkv_bias": False,
+             "attention_o_bias": False, "attention_qk_norm": True, "codebook_size": 4096, "num_codebooks": 10,
+             "scale_codebook_embeddings": True, "n_fast_layer": 4, "fast_dim": 1024, "fast_n_head": 16,
+             "fast_n_local_heads": 8, "fast_head_dim": 64, "fast_intermediate_size": 3072,
+             "fast_attention_qkv_bias": False, "fast_attention_qk_norm": False, "fast_attention_o_bias": False}
 
 
 def codec_from_yaml() -> torch.nn.Module:

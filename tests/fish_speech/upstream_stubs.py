@@ -1,5 +1,6 @@
 """Stand-ins for the heavy imports of fish-speech 0.1.0 that its model code never uses on our path
-(transformers' AutoTokenizer, audiotools, librosa, dac/__init__'s argbind); parity venv only."""
+(transformers' AutoTokenizer, audiotools, librosa, dac/__init__'s argbind); parity venv only. The S2
+golden script (s2_golden.py) keeps the real transformers: the head's tokenizer is AutoTokenizer."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,7 +19,7 @@ def _stub(name: str, **attrs) -> types.ModuleType:
     return mod
 
 
-def install_stubs(upstream: Path) -> None:
+def install_stubs(upstream: Path, keep_transformers: bool = False) -> None:
     # This folder is also named fish_speech (pytest imports it as that namespace): let the namespace
     # reach upstream's package too (both are namespace packages, upstream has no __init__.py).
     ns = sys.modules.get("fish_speech")
@@ -28,8 +29,9 @@ def install_stubs(upstream: Path) -> None:
         base = type("BaseModel", (torch.nn.Module,), {"INTERN": [], "EXTERN": []})
         ml = _stub("audiotools.ml", BaseModel=base)
         _stub("audiotools", AudioSignal=object, STFTParams=object, ml=ml)
-    _stub("transformers", AutoTokenizer=None)
-    _stub("librosa")
+    if not keep_transformers:         # the S2 golden script runs the head's real AutoTokenizer (whose
+        _stub("transformers", AutoTokenizer=None)   # import probes librosa; the head's codec needs none)
+        _stub("librosa")
     if "dac" not in sys.modules:      # the real package's modules, without dac/__init__ (argbind, utils)
         spec = importlib.util.find_spec("dac")
         pkg = types.ModuleType("dac")
