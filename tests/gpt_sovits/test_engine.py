@@ -3,7 +3,6 @@ files, errors that name the file and field, and speech through the Speak pipelin
 from __future__ import annotations
 
 import io
-import pickle
 import shutil
 import sys
 import types

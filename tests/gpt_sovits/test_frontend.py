@@ -40,7 +40,7 @@ def test_symbols_equal_upstream(lexicon, text):
 
 
 def test_lexicon_files_are_read_as_upstream_reads_them(tmp_path):
-    header = "".join(f"WRONG  W R AO1 NG\n" for _ in range(56))        # lines 1-56 are skipped
+    header = "".join("WRONG  W R AO1 NG\n" for _ in range(56))        # lines 1-56 are skipped
     (tmp_path / "cmudict.rep").write_text(header + "WORLD  W ER1 L D\nDAY  D EY1\nAE  EY1 IY1\n")
     (tmp_path / "cmudict-fast.rep").write_text("WORLD W ER1 L D Z\nFOO F UW1\n")   # only words the first lacks
     (tmp_path / "engdict-hot.rep").write_text("DAY D EY2\n")                       # overrides
