@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ...runtime.loading import CheckpointError, load_module_from_state
+from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
 from ..common.checkpoint import ModelFolderError, load_pickle, load_pickle_with_records, read_json, state_dict
 from ..common.dac import fold_weight_norm
 from .bert import BertConfig, BertFeatures
@@ -124,7 +124,8 @@ def load_t2s(path: Path, dtype: torch.dtype) -> Text2Semantic:
         raise CheckpointError(f"{path}: expected a GPT-SoVITS GPT checkpoint (a dict with 'weight' and 'config')")
     cfg = T2SConfig.from_dict(obj["config"], str(path))
     state = state_dict(obj, path, key="weight", strip="model.")
-    return load_module_from_state(lambda: Text2Semantic(cfg), state, dtype, source=path).eval()
+    return load_module_from_state(lambda: Text2Semantic(cfg), state, dtype, source=path,
+                                  config=SizeSource(f"{path} (config)", obj["config"])).eval()
 
 
 def sovits_state(state: dict[str, Tensor], path: Path) -> dict[str, Tensor]:
@@ -155,7 +156,8 @@ def load_sovits(path: Path, dtype: torch.dtype) -> SynthesizerTrn:
     if cfg.is_v2pro and "sv_emb.weight" in state and state["sv_emb.weight"].dim() == 2:
         cfg = dataclasses.replace(cfg, sv_dim=int(state["sv_emb.weight"].shape[1]))
     state = sovits_state(state, path)
-    return load_module_from_state(lambda: SynthesizerTrn(cfg), state, dtype, source=path).eval()
+    return load_module_from_state(lambda: SynthesizerTrn(cfg), state, dtype, source=path,
+                                  config=SizeSource(f"{path} (config)", obj["config"])).eval()
 
 
 def hf_state(folder: Path) -> tuple[dict | None, Path]:
@@ -164,7 +166,8 @@ def hf_state(folder: Path) -> tuple[dict | None, Path]:
 
 
 def load_hubert(folder: Path, dtype: torch.dtype) -> Hubert:
-    cfg = HubertConfig.from_dict(read_json(folder / "config.json", ENGINE), str(folder / "config.json"))
+    data = read_json(folder / "config.json", ENGINE)
+    cfg = HubertConfig.from_dict(data, str(folder / "config.json"))
     state, path = hf_state(folder)
     if state is None:
         from safetensors.torch import load_file
@@ -174,14 +177,16 @@ def load_hubert(folder: Path, dtype: torch.dtype) -> Hubert:
     state = {**state, **fold_weight_norm(g, dim=2)}
     state = {k: v for k, v in state.items() if not (k.startswith("encoder.pos_conv_embed.conv.") and
                                                      k.endswith(("weight_g", "weight_v", "original0", "original1")))}
-    return load_module_from_state(lambda: Hubert(cfg), state, dtype, source=path).eval()
+    return load_module_from_state(lambda: Hubert(cfg), state, dtype, source=path,
+                                  config=SizeSource(folder / "config.json", data)).eval()
 
 
 def load_bert(folder: Path, dtype: torch.dtype) -> tuple[BertFeatures, object]:
     """RoBERTa features + its tokenizer (tokenizers.Tokenizer), for Chinese text (proven against upstream;
     the Chinese front end itself is not built yet)."""
     from tokenizers import Tokenizer
-    cfg = BertConfig.from_dict(read_json(folder / "config.json", ENGINE), str(folder / "config.json"))
+    data = read_json(folder / "config.json", ENGINE)
+    cfg = BertConfig.from_dict(data, str(folder / "config.json"))
     if not (folder / "tokenizer.json").is_file():
         raise ModelFolderError(f"{ENGINE}: {folder / 'tokenizer.json'} not found")
     state, path = hf_state(folder)
@@ -191,7 +196,8 @@ def load_bert(folder: Path, dtype: torch.dtype) -> tuple[BertFeatures, object]:
     unused = tuple(f"bert.encoder.layer.{i}." for i in range(cfg.used_layers, cfg.num_hidden_layers))
     state = {k: v for k, v in state.items()
              if not k.startswith(("cls.", "bert.pooler.") + unused) and k != "bert.embeddings.position_ids"}
-    model = load_module_from_state(lambda: BertFeatures(cfg), state, dtype, source=path).eval()
+    model = load_module_from_state(lambda: BertFeatures(cfg), state, dtype, source=path,
+                                   config=SizeSource(folder / "config.json", data)).eval()
     return model, Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 

@@ -278,20 +278,22 @@ def write_lexicon(folder: Path) -> None:
     (folder / "engdict-hot.rep").write_text("DAY D EY2\n")
 
 
-def write_shared(root: Path, seed: int = SEED) -> Path:
-    shared = Path(root) / "pretrained_models"
+def write_shared(root: Path, seed: int = SEED, bert: bool = True, inside: bool = False) -> Path:
+    """The shared pretrained_models beside the voices (or, `inside`, the same files in one voice folder)."""
+    shared = Path(root) if inside else Path(root) / "pretrained_models"
     if (shared / "sv").is_dir():
         return shared
     write_lexicon(shared / "text")
     hub = shared / "chinese-hubert-base"
     hub.mkdir(parents=True, exist_ok=True)
-    (hub / "config.json").write_text(json.dumps(HUBERT_CONFIG))
+    (hub / "config.json").write_text(json.dumps(HUBERT_CONFIG, indent=2))   # as Hugging Face writes it
     torch.save(hubert_weights(seed), hub / "pytorch_model.bin")
-    bert = shared / "chinese-roberta-wwm-ext-large"
-    bert.mkdir(parents=True, exist_ok=True)
-    (bert / "config.json").write_text(json.dumps(BERT_CONFIG))
-    (bert / "tokenizer.json").write_text(bert_tokenizer_json())
-    torch.save({k: v.half() for k, v in bert_weights(seed).items()}, bert / "pytorch_model.bin")
+    if bert:
+        folder = shared / "chinese-roberta-wwm-ext-large"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(BERT_CONFIG, indent=2))
+        (folder / "tokenizer.json").write_text(bert_tokenizer_json())
+        torch.save({k: v.half() for k, v in bert_weights(seed).items()}, folder / "pytorch_model.bin")
     (shared / "sv").mkdir(parents=True, exist_ok=True)
     torch.save(sv_weights(seed), shared / "sv" / "pretrained_eres2netv2w24s4ep4.ckpt")
     return shared
@@ -304,12 +306,16 @@ def sovits_weights(version: str, seed: int = SEED) -> dict[str, torch.Tensor]:
     return random_state(shapes, seed)
 
 
-def write_folder(root: Path, version: str = "v2", seed: int = SEED) -> Path:
-    """A complete tiny voice `root/tiny-<version>` (+ the shared pretrained_models beside it)."""
+def write_folder(root: Path, version: str = "v2", seed: int = SEED, self_contained: bool = False) -> Path:
+    """A complete tiny voice `root/tiny-<version>` (+ the shared pretrained_models beside it, or, when
+    `self_contained`, HuBERT / sv / text inside the voice folder and no RoBERTa)."""
     root = Path(root)
-    write_shared(root, seed)
     folder = root / f"tiny-{version}"
     folder.mkdir(parents=True, exist_ok=True)
+    if self_contained:
+        write_shared(folder, seed, bert=False, inside=True)
+    else:
+        write_shared(root, seed)
     save_t2s(folder / "s1tiny-e15.ckpt", t2s_weights(seed))
     save_sovits(folder / "s2Gtiny_e8_s200.pth", sovits_weights(version, seed), s2_config(version), version)
     return folder
@@ -322,7 +328,7 @@ def conformance_case(root: Path):
     from mizuoto.nodes.common.pipeline import SpeakRequest
     t = torch.arange(32000 * 3) / 32000
     wav = 0.3 * torch.sin(2 * torch.pi * 190 * t) * (1 + torch.sin(2 * torch.pi * 2 * t)) / 2
-    folder = write_folder(Path(root), "v2Pro")
+    folder = write_folder(Path(root), "v2Pro", self_contained=True)     # its config files inside the folder
     return Case(folder, SpeakRequest("Hello.", seed=5, language="en",
                                      reference={"waveform": wav[None, None], "sample_rate": 32000},
                                      reference_text="Good day."))
