@@ -74,9 +74,6 @@ class SimulatedMemory:
     def _release(self, ptr: int) -> None:
         self.used -= self._live.pop(ptr, 0)
 
-    def owns(self, t: torch.Tensor) -> bool:
-        return t.untyped_storage().data_ptr() in self._live
-
 
 class _AllocationMode(TorchDispatchMode):
     """Counts storages created by ops on the simulated device; in strict mode rejects meta inputs."""

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .devices import DeviceService, StrictDeviceError, assign
-from .units import MIN_UNIT_BYTES, TINY_UNIT_BYTES, Layout, Unit, analyse, tensor_bytes
+from .units import FIXED_SHARE, MIN_UNIT_BYTES, TINY_UNIT_BYTES, Layout, Unit, analyse, tensor_bytes
 
 if TYPE_CHECKING:
     from .pinning import PinBudget
@@ -31,8 +31,10 @@ class ModelHandle:
     # engine code builds its handles unchanged.
     MIN_UNIT_BYTES = MIN_UNIT_BYTES
     TINY_UNIT_BYTES = TINY_UNIT_BYTES
+    # Above this share of fixed bytes the unit rule descends below the outermost lists (None: never).
+    FIXED_SHARE: float | None = FIXED_SHARE
 
-    def __init__(self, module: nn.Module, name: str, kind: str = "oneshot", *, graphable: bool = False,
+    def __init__(self, module: nn.Module, name: str, kind: str = "oneshot", *,
                  min_unit_bytes: int | None = None, tiny_unit_bytes: int | None = None) -> None:
         min_unit_bytes = self.MIN_UNIT_BYTES if min_unit_bytes is None else min_unit_bytes
         tiny_unit_bytes = self.TINY_UNIT_BYTES if tiny_unit_bytes is None else tiny_unit_bytes
@@ -43,7 +45,6 @@ class ModelHandle:
         self.module = module
         self.name = name
         self.kind = kind
-        self.graphable = graphable
         self.cap_bytes: int | None = None
         self.streamed_bytes = 0
         self.engine: str | None = None
@@ -55,11 +56,13 @@ class ModelHandle:
         self.async_offload: int | None = None  # the running request's compute.async_offload (streamer slots)
         self._min_unit_bytes = min_unit_bytes
         self._tiny_unit_bytes = tiny_unit_bytes
+        self._fixed_share = self.FIXED_SHARE
         self._marks: dict[str, list[nn.Module]] = {m: [] for m in MARKS}
         self.devices: DeviceService | None = None
         self.device = torch.device("cpu")
         self.streamer: Streamer | None = None
-        self.layout: Layout = analyse(module, min_unit_bytes=min_unit_bytes, tiny_unit_bytes=tiny_unit_bytes)
+        self.layout: Layout = analyse(module, min_unit_bytes=min_unit_bytes, tiny_unit_bytes=tiny_unit_bytes,
+                                      fixed_share=self._fixed_share)
         self._host: dict[int, torch.Tensor] = {}
         self._tensors: dict[int, torch.Tensor] = {}
         self._buffers: set[int] = set()
@@ -79,7 +82,7 @@ class ModelHandle:
             raise RuntimeError(f"mark: component {self.name!r} is placed; mark it before loading")
         self._marks[mark].append(submodule)
         self.layout = analyse(self.module, self._marks["fixed"], self._marks["hot"],
-                              self._min_unit_bytes, self._tiny_unit_bytes)
+                              self._min_unit_bytes, self._tiny_unit_bytes, self._fixed_share)
         if self.devices is not None:
             self._index()
         return self

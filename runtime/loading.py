@@ -6,23 +6,27 @@ it is mapped) and converts the module (a third copy, tensor by tensor): three to
 checkpoint in host RAM at the peak. `load_module` builds the module with its parameters on the
 `meta` device (no memory, no random init), reads each tensor of the safetensors file straight into
 a tensor of the target dtype and puts it in place: the peak is the checkpoint's bytes plus one
-tensor. The result is bit-identical to building in float32, `load_state_dict` and `.to(dtype)`.
+slice of a tensor being converted (`_SLICE`). The result is bit-identical to building in float32,
+`load_state_dict` and `.to(dtype)`.
 
     model = load_module(lambda: Talker(config), "talker.safetensors", torch.bfloat16)
 
-Buffers are built normally by the factory (so computed, non-persistent ones such as RoPE
-frequencies keep their values); persistent buffers are loaded from the file like parameters. While
-the factory runs, `nn.Module.register_parameter` is patched (the way `accelerate.init_empty_weights`
-does it), so do not build other modules on another thread at the same time.
+Non-persistent buffers are built normally by the factory (so computed ones such as RoPE
+frequencies keep their values); persistent buffers are built on `meta` and loaded from the file like
+parameters. While the factory runs, `nn.Module.register_parameter` / `register_buffer` are patched
+(the way `accelerate.init_empty_weights` does it) and `torch.nn.init`'s initialisers skip meta
+tensors, so do not build other modules on another thread at the same time.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import math
 import os
 import re
 import struct
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +34,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["CheckpointError", "SizeSource", "load_module", "load_module_from_state", "load_module_renamed",
-           "read_safetensors_header"]
+__all__ = ["CheckpointError", "SizeSource", "load_module", "load_module_from_state", "read_safetensors_header"]
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 _CHUNK = 64 << 20  # bytes read per call (large reads in one call can come back short)
+_SLICE = 16 << 20  # bytes converted or checked at a time: bounds every temporary of a load
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -122,23 +126,63 @@ class SizeSource:
     data: Mapping
 
 
+# torch.nn.init's in-place initialisers: on a `meta` weight they have nothing to fill, and running them
+# there makes torch import its Python meta kernels (sympy, dynamo: ~70 MB of RSS, seconds) on first use.
+_INITIALISERS = ("constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
+                 "orthogonal_", "sparse_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_")
+
+
 @contextlib.contextmanager
 def _parameters_on_meta() -> Iterator[None]:
-    """Every parameter registered in the block lives on `meta` (buffers stay where they are built)."""
-    original = nn.Module.register_parameter
+    """Every parameter and persistent buffer registered in the block lives on `meta` (both are read
+    from the checkpoint; non-persistent buffers stay where they are built), and `torch.nn.init`
+    leaves meta tensors alone."""
+    original_parameter, original_buffer = nn.Module.register_parameter, nn.Module.register_buffer
+    initialisers = {name: getattr(nn.init, name) for name in _INITIALISERS if hasattr(nn.init, name)}
 
     def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        original(module, name, param)
+        original_parameter(module, name, param)
         p = module._parameters.get(name)
         if p is None or p.device.type == "meta" or isinstance(p, nn.parameter.UninitializedParameter):
             return
         module._parameters[name] = nn.Parameter(p.detach().to("meta"), requires_grad=p.requires_grad)
 
-    nn.Module.register_parameter = register_parameter
+    def register_buffer(module: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
+        # Freed at once, so the next buffer reuses its memory: no full set of throwaway buffers (the
+        # codec's codebook statistics: 64 MB) beside the weights at the peak of the load.
+        if persistent and tensor is not None and not isinstance(tensor, nn.parameter.UninitializedBuffer):
+            tensor = tensor.to("meta")
+        original_buffer(module, name, tensor, persistent)
+
+    def skip_meta(init: Callable) -> Callable:
+        def initialise(tensor: torch.Tensor, *args, **kwargs):
+            return tensor if tensor.device.type == "meta" else init(tensor, *args, **kwargs)
+        return initialise
+
+    nn.Module.register_parameter, nn.Module.register_buffer = register_parameter, register_buffer
+    for name, init in initialisers.items():
+        setattr(nn.init, name, skip_meta(init))
     try:
         yield
     finally:
-        nn.Module.register_parameter = original
+        nn.Module.register_parameter, nn.Module.register_buffer = original_parameter, original_buffer
+        for name, init in initialisers.items():
+            setattr(nn.init, name, init)
+
+
+def _return_freed_heap() -> None:
+    """Give the pages of freed heap memory back to the OS (glibc's `malloc_trim`; elsewhere nothing).
+
+    A factory's throwaway tensors (buffers it fills before they go to `meta`, parameters it creates
+    before registering them) are small enough for the heap, where other allocations land between them,
+    so their freed pages stay resident: 98 MB for the Qwen3-TTS codec, beside the weights at the peak.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # musl and other C libraries without it
+        pass
 
 
 @dataclass
@@ -165,29 +209,77 @@ def _slots(module: nn.Module) -> list[_Slot]:
     return list(slots.values())
 
 
-def _read_into(f, info: TensorInfo, path: Path, key: str) -> torch.Tensor:
-    out = torch.empty(info.shape, dtype=info.dtype)
-    if info.nbytes == 0:
-        return out
-    view = memoryview(out.reshape(-1).view(torch.uint8).numpy()).cast("B")
-    f.seek(info.begin)
+def _final_dtype(slot: _Slot, dtype: torch.dtype | None) -> torch.dtype:
+    declared = slot.tensor.dtype
+    return dtype if dtype is not None and declared.is_floating_point else declared
+
+
+def _bytes(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous tensor, writable in place (numpy has no bfloat16: go through uint8)."""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
+
+
+def _read_exact(f, view: memoryview, path: Path, key: str) -> None:
     done = 0
-    while done < info.nbytes:
+    while done < len(view):
         got = f.readinto(view[done:done + _CHUNK])
         if not got:
             raise CheckpointError(f"{path}: truncated while reading {key!r}")
         done += got
+
+
+def _read_into(f, info: TensorInfo, slot: _Slot, dtype: torch.dtype | None, path: Path, key: str) -> torch.Tensor:
+    """Read one tensor from the file into a new tensor of its final dtype, checked for NaN/inf.
+
+    The same dtype is read straight into the result. A conversion goes slice by slice through a
+    buffer of at most `_SLICE` bytes, so no full-size temporary in the file's dtype exists beside the
+    result (the peak stays the checkpoint plus one slice, and the heap is not left with holes).
+    """
+    final = _final_dtype(slot, dtype)
+    out = torch.empty(info.shape, dtype=final)
+    if info.nbytes == 0:
+        return out
+    f.seek(info.begin)
+    if info.dtype == final:
+        _read_exact(f, _bytes(out), path, key)
+        _check_finite(out, key, path)
+        return out
+    numel, per = out.numel(), max(1, _SLICE // info.dtype.itemsize)
+    scratch = torch.empty(min(per, numel), dtype=info.dtype)
+    dest = out.reshape(-1)
+    for start in range(0, numel, per):
+        piece = scratch[:min(per, numel - start)]
+        _read_exact(f, _bytes(piece), path, key)
+        _check_finite(piece, key, path)
+        _convert_into(dest[start:start + piece.numel()], piece, slot.tensor.dtype)
     return out
 
 
-def _place(slot: _Slot, value: torch.Tensor, dtype: torch.dtype | None, key: str = "", source="") -> None:
-    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-        raise CheckpointError(f"{source}: tensor {key!r} holds NaN or infinite values; the checkpoint is corrupt")
-    declared = slot.tensor.dtype
-    final = dtype if dtype is not None and declared.is_floating_point else declared
-    if value.dtype != final:
-        # Through the declared dtype first, exactly as load_state_dict then .to(dtype) rounds.
-        value = value.to(declared).to(final)
+def _convert_into(dest: torch.Tensor, value: torch.Tensor, declared: torch.dtype) -> None:
+    # Through the declared dtype first, exactly as load_state_dict then .to(dtype) rounds; a cast is
+    # per element, so converting slice by slice gives the same bits as converting the whole tensor.
+    dest.copy_(value.to(declared))
+
+
+def _check_finite(value: torch.Tensor, key: str, source) -> None:
+    """A NaN or infinity anywhere is a corrupt checkpoint. Checked with a min/max reduction (NaN
+    propagates, an infinity is a bound), which allocates nothing the size of the tensor, unlike
+    `isfinite(value).all()` (an abs copy and two boolean masks: 2.5 times a bf16 tensor)."""
+    if not value.is_floating_point() or value.numel() == 0:
+        return
+    if value.element_size() == 1:   # float8: no CPU reductions; widen a bounded slice at a time
+        flat, step = value.reshape(-1), _SLICE // 4
+        pieces = (flat[i:i + step].float() for i in range(0, flat.numel(), step))
+    else:
+        pieces = (value,)
+    for piece in pieces:
+        lo, hi = torch.aminmax(piece)
+        if not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
+            raise CheckpointError(f"{source}: tensor {key!r} holds NaN or infinite values; the checkpoint is corrupt")
+
+
+def _place(slot: _Slot, value: torch.Tensor) -> None:
+    """Put `value` (already in its final dtype) at every place of the slot."""
     new = nn.Parameter(value, requires_grad=slot.tensor.requires_grad) if slot.is_param else value
     for owner, attr, _ in slot.places:
         setattr(owner, attr, new)  # through __setattr__: modules such as nn.LSTM track their weights
@@ -234,7 +326,8 @@ def checkpoint_path(folder: str | os.PathLike, stem: str = "model") -> Path:
 
 
 def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
-                dtype: torch.dtype | None = None, config: SizeSource | None = None) -> nn.Module:
+                dtype: torch.dtype | None = None, config: SizeSource | None = None,
+                rename: Callable[[str], str] | None = None) -> nn.Module:
     """Build `factory()` without allocating its parameters, then load the safetensors file at `path`
     (or the shards a `*.safetensors.index.json` names).
 
@@ -245,13 +338,24 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     else; shapes must match. Raises FileNotFoundError for a missing file and CheckpointError for a
     file that is not safetensors, is truncated, or does not match the module (naming the field of
     `config` that disagrees with the file, when one does). The check uses the file's header only and
-    runs before any tensor is read.
+    runs before any tensor is read. `rename(file key) -> module key` maps a checkpoint whose names
+    differ from the module's by a fixed rule (a prefix the module does not have); errors name keys as
+    the module does.
     """
     path = Path(path)
     located = _headers(path)
+    if rename is not None:
+        renamed: dict[str, tuple[TensorInfo, Path]] = {}
+        for key, entry in located.items():
+            new = rename(key)
+            if new in renamed:
+                raise CheckpointError(f"{path}: two tensors (one is {key!r}) both name the module's {new!r}")
+            renamed[new] = entry
+        located = renamed
     infos = {key: info for key, (info, _) in located.items()}
     with _parameters_on_meta():
         module = factory()
+    _return_freed_heap()
     if not isinstance(module, nn.Module):
         raise TypeError(f"load_module: the factory returned {type(module).__name__}, not an nn.Module")
 
@@ -259,7 +363,7 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     for file in sorted({located[key][1] for _, key in plan}):
         with open(file, "rb") as f:
             for slot, key in (entry for entry in plan if located[entry[1]][1] == file):
-                _place(slot, _read_into(f, infos[key], file, key), dtype, key, file)
+                _place(slot, _read_into(f, infos[key], slot, dtype, file, key))
     return _finish(module, dtype, path)
 
 
@@ -270,6 +374,7 @@ def load_module_from_state(factory: Callable[[], nn.Module], state: Mapping[str,
     mmap=True)`): the same strict matching, dtype handling and errors naming `source`."""
     with _parameters_on_meta():
         module = factory()
+    _return_freed_heap()
     if not isinstance(module, nn.Module):
         raise TypeError(f"load_module_from_state: the factory returned {type(module).__name__}, not an nn.Module")
     bad = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
@@ -277,9 +382,17 @@ def load_module_from_state(factory: Callable[[], nn.Module], state: Mapping[str,
         raise CheckpointError(f"{source}: entries that are not tensors: {_describe(bad)}")
     for slot, key in _match(module, {k: tuple(v.shape) for k, v in state.items()}, source, config):
         value = state[key].detach().cpu()
-        if value.untyped_storage().nbytes() != value.nbytes:
+        _check_finite(value, key, source)
+        final = _final_dtype(slot, dtype)
+        if value.dtype != final:
+            out = torch.empty(value.shape, dtype=final)
+            flat, dest, per = value.reshape(-1), out.reshape(-1), max(1, _SLICE // value.element_size())
+            for start in range(0, flat.numel(), per):
+                _convert_into(dest[start:start + per], flat[start:start + per], slot.tensor.dtype)
+            value = out
+        elif value.untyped_storage().nbytes() != value.nbytes:
             value = value.clone()  # a view into a pickle's shared storage: own the weight alone
-        _place(slot, value, dtype, key, source)
+        _place(slot, value)
     return _finish(module, dtype, source)
 
 
@@ -380,30 +493,3 @@ def _finish(module: nn.Module, dtype: torch.dtype | None, source) -> nn.Module:
         raise CheckpointError(f"{source}: {type(module).__name__} still has weights on the meta device after "
                               f"loading: {_describe(left)}")
     return module
-
-
-def load_module_renamed(factory: Callable[[], nn.Module], path: str | os.PathLike, rename: Callable[[str], str],
-                        dtype: torch.dtype | None = None, config: SizeSource | None = None) -> nn.Module:
-    """`load_module` for a checkpoint whose tensor names differ from the module's by a fixed mapping
-    (`rename(file key) -> module key`, e.g. a prefix the module does not have): each tensor is still read
-    straight from its file into place, with the same strict matching and errors (keys named as the module
-    names them, the file and `config`'s disagreeing field named as `load_module` does)."""
-    path = Path(path)
-    located = _headers(path)
-    names: dict[str, str] = {}
-    for key in located:
-        new = rename(key)
-        if new in names:
-            raise CheckpointError(f"{path}: {names[new]!r} and {key!r} both name the module's {new!r}")
-        names[new] = key
-    infos = {new: located[key][0] for new, key in names.items()}
-    with _parameters_on_meta():
-        module = factory()
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"load_module_renamed: the factory returned {type(module).__name__}, not an nn.Module")
-    plan = _match(module, {key: info.shape for key, info in infos.items()}, path, config)
-    for file in sorted({located[names[key]][1] for _, key in plan}):
-        with open(file, "rb") as f:
-            for slot, key in (entry for entry in plan if located[names[entry[1]]][1] == file):
-                _place(slot, _read_into(f, infos[key], file, names[key]), dtype, names[key], file)
-    return _finish(module, dtype, path)

@@ -51,7 +51,6 @@ class ModelManager:
             arbiter.lock = self._cond
         self._owners: dict[ModelHandle, object] = {}  # handle -> request using it
         self._working: dict[object, int] = {}         # request -> working memory of its current phase (gpu_jobs)
-        self.last_decisions: dict[str, dict] = {}
 
     @property
     def lock(self) -> threading.Condition:
@@ -142,7 +141,6 @@ class ModelManager:
                 raise
             for h in handles:
                 h.touch()
-        self.last_decisions = decisions
         return decisions
 
     def release(self, handles: list[ModelHandle]) -> None:

@@ -5,7 +5,7 @@ of working memory and keeps them from yielding until the block ends. `ctx.run(na
 memory, generators=(), fallback=None)` does the same for a pure function and adds the exact retry:
 on OOM it leaves the failed frame, lets the manager free memory and cap the phase's components,
 restores every random-number state the phase may draw from, and runs again (same random numbers,
-same result, slower). At most two retries; then an opt-in `fallback=(what, fn)`.
+same result, slower). At most two retries; then an opt-in `fallback=(what, fn[, memory])`.
 """
 from __future__ import annotations
 
@@ -93,8 +93,11 @@ class RequestContext:
             self.manager.release(handles)
 
     def run(self, name: str, handles: Sequence[ModelHandle], fn: Callable[[], Any], memory: int = 0,
-            generators: Sequence[torch.Generator] = (), fallback: tuple[str, Callable[[], Any]] | None = None) -> Any:
-        """Run a pure function as a phase, with the exact OOM retry and the optional fallback."""
+            generators: Sequence[torch.Generator] = (),
+            fallback: tuple[str, Callable[[], Any]] | tuple[str, Callable[[], Any], int] | None = None) -> Any:
+        """Run a pure function as a phase, with the exact OOM retry and the optional fallback:
+        `(what, fn)` or `(what, fn, memory)` when the frugal function needs less working memory
+        (placement then leaves more of the weights on the device)."""
         policy = self.policy
         retries = MAX_OOM_RETRIES if policy.get("compute.oom_retry") else 0
         states = _RngStates(self.generator, generators)
@@ -117,13 +120,14 @@ class RequestContext:
             states.restore()
             self.meta["applied"]["oom_retries"] += 1
         if fallback is not None and policy.get("compute.oom_fallback"):
-            what, fallback_fn = fallback
+            what, fallback_fn = fallback[:2]
+            fallback_memory = fallback[2] if len(fallback) > 2 else memory
             log.warning("%s: still out of memory after %d retries; using the %s fallback (output differs slightly)",
                         name, attempt, what)
             self.manager.after_oom(list(handles))
             states.restore()
             self.meta["applied"]["fallbacks"].append(what)
-            with self.use(handles, memory, name=name):
+            with self.use(handles, fallback_memory, name=name):
                 return fallback_fn()
         raise torch.OutOfMemoryError(f"{name}: out of memory after {attempt} retries: {failure}")
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from mizuoto.nodes.common.download import DownloadError, LocalSource, download
+from mizuoto.nodes.common.download import DownloadError, LocalSource, download_model, download_plan
+from mizuoto.nodes.common.registry import Download
 
 
 def fake_repo(root, corrupt=False):
@@ -18,6 +19,11 @@ def fake_repo(root, corrupt=False):
         sums["model.safetensors"] = "0" * 64
     (repo / "sha256sums.json").write_text(json.dumps(sums))
     return LocalSource(root)
+
+
+def download(repo, dest, source, progress=None):
+    """The loader node's path: every file of the repository, planned, fetched, verified."""
+    return download_model(download_plan([Download(repo)], source), dest, source, progress, what=repo)
 
 
 def test_download_verifies_and_reports_progress(tmp_path):

@@ -7,7 +7,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mizuoto.runtime.loading import CheckpointError, checkpoint_path, load_module, read_safetensors_header
+from mizuoto.runtime import loading
+from mizuoto.runtime.loading import (CheckpointError, checkpoint_path, load_module, load_module_from_state,
+                                     read_safetensors_header)
 
 
 class Net(nn.Module):
@@ -109,9 +111,82 @@ def test_patch_removed_when_the_factory_raises(tmp_path):
     def factory():
         raise RuntimeError("boom")
 
+    originals = (nn.Module.register_buffer, nn.init.normal_, nn.init.kaiming_uniform_)
     with pytest.raises(RuntimeError, match="boom"):
         load_module(factory, path)
     assert nn.Module.register_parameter is original
+    assert (nn.Module.register_buffer, nn.init.normal_, nn.init.kaiming_uniform_) == originals
+
+
+def test_factory_builds_persistent_buffers_on_meta_and_skips_init_there(tmp_path):
+    """Persistent buffers come from the file: built on meta (no throwaway copy); computed ones stay;
+    torch.nn.init skips meta weights but still fills real tensors inside the factory."""
+    seen = {}
+
+    class WithBuffers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("stats", torch.zeros(4))
+            self.register_buffer("table", torch.arange(4.0), persistent=False)
+            real = nn.init.constant_(torch.empty(3), 2.0)
+            seen.update(stats=self.stats.device.type, table=self.table.device.type, real=real.tolist(),
+                        weight=nn.init.normal_(self.lin.weight).device.type)
+
+    state = {"lin.weight": torch.randn(4, 4), "lin.bias": torch.randn(4), "stats": torch.randn(4)}
+    save_file(state, str(tmp_path / "b.safetensors"))
+    originals = (nn.Module.register_buffer, nn.init.normal_, nn.init.constant_)
+    got = load_module(WithBuffers, tmp_path / "b.safetensors")
+    assert seen == {"stats": "meta", "table": "cpu", "real": [2.0, 2.0, 2.0], "weight": "meta"}
+    assert torch.equal(got.stats, state["stats"]) and torch.equal(got.lin.weight, state["lin.weight"])
+    assert torch.equal(got.table, torch.arange(4.0))
+    assert (nn.Module.register_buffer, nn.init.normal_, nn.init.constant_) == originals
+    with pytest.raises(CheckpointError, match="missing keys .*stats"):   # a persistent buffer must be in the file
+        load_module(WithBuffers, _write(tmp_path, {k: v for k, v in state.items() if k != "stats"}))
+
+
+def _write(tmp_path, state, name="w.safetensors"):
+    save_file(state, str(tmp_path / name))
+    return tmp_path / name
+
+
+@pytest.mark.parametrize("file_dtype", [torch.float32, torch.float16])
+def test_conversion_slice_by_slice_is_bit_identical(tmp_path, monkeypatch, file_dtype):
+    """Converting reads go through a bounded buffer: slices far smaller than the tensors (and not
+    dividing them) give the bits of converting whole tensors, from a file and from memory."""
+    monkeypatch.setattr(loading, "_SLICE", 36)
+    path = _checkpoint(tmp_path, file_dtype)
+    want = _tensors(_reference(path, torch.bfloat16))
+    for got in (load_module(Net, path, torch.bfloat16),
+                load_module_from_state(Net, load_file(str(path)), torch.bfloat16)):
+        have = _tensors(got)
+        assert want.keys() == have.keys()
+        assert all(have[k].dtype == t.dtype and torch.equal(have[k], t) for k, t in want.items())
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])  # read straight / converted slice by slice
+def test_nan_or_infinity_anywhere_is_found(tmp_path, monkeypatch, bad, dtype):
+    monkeypatch.setattr(loading, "_SLICE", 16)
+    weight = torch.ones(8, 8)
+    weight[6, 5] = bad                   # in a later slice
+    path = _write(tmp_path, {"weight": weight})
+    with pytest.raises(CheckpointError, match="'weight' holds NaN or infinite"):
+        load_module(lambda: nn.Linear(8, 8, bias=False), path, dtype)
+    with pytest.raises(CheckpointError, match="'weight' holds NaN or infinite"):
+        load_module_from_state(lambda: nn.Linear(8, 8, bias=False), {"weight": weight}, dtype)
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="this torch has no float8")
+def test_float8_checkpoint(tmp_path, monkeypatch):
+    """float8 has no CPU min/max or isfinite: checked a widened slice at a time."""
+    monkeypatch.setattr(loading, "_SLICE", 64)
+    weight = torch.randn(8, 16, generator=torch.Generator().manual_seed(0)).to(torch.float8_e4m3fn)
+    got = load_module(lambda: nn.Linear(16, 8, bias=False), _write(tmp_path, {"weight": weight}))
+    assert got.weight.dtype == torch.float32 and torch.equal(got.weight, weight.float())
+    weight.view(torch.uint8)[7, 3] = 0x7F  # e4m3fn NaN
+    with pytest.raises(CheckpointError, match="holds NaN or infinite"):
+        load_module(lambda: nn.Linear(16, 8, bias=False), _write(tmp_path, {"weight": weight}))
 
 
 def test_missing_keys(tmp_path):

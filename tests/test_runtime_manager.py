@@ -202,6 +202,23 @@ def test_fallback_runs_after_retries_when_enabled():
         assert ctx.meta["applied"]["fallbacks"] == ["smaller"]
 
 
+def test_fallback_places_with_its_own_working_memory():
+    """`fallback=(what, fn, memory)`: the frugal function's smaller estimate is what placement weighs."""
+    _, manager = make(256 * MB, {"compute.oom_fallback": True})
+    h = add(manager, "dit", dit())
+    asked = []
+    load = manager.load
+    manager.load = lambda handles, memory, **kw: asked.append(memory) or load(handles, memory, **kw)
+
+    def always():
+        raise torch.OutOfMemoryError("simulated")
+    with manager.request() as ctx:
+        assert ctx.run("dit", [h], always, memory=40 * MB, fallback=("smaller", lambda: "small", 3 * MB)) == "small"
+        assert ctx.run("dit", [h], always, memory=40 * MB, fallback=("same", lambda: "small")) == "small"
+    assert asked == [40 * MB] * 3 + [3 * MB] + [40 * MB] * 4
+    assert ctx.meta["applied"]["fallbacks"] == ["smaller", "same"]
+
+
 def test_retry_restores_listed_generators_and_torch_global_rng():
     _, manager = make(256 * MB)
     h = add(manager, "a")

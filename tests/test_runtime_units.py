@@ -146,3 +146,125 @@ def test_a_module_shared_by_two_units_is_fixed():
     fixed = names(layout, layout.fixed)
     assert "0.1.weight" in fixed  # named through the first unit; read by both
     assert "1.0.weight" in streamed_names(layout)
+
+
+# ---- descending below the outermost lists ------------------------------------------------------------------
+def fixed_share(layout):
+    return layout.fixed_bytes / (layout.fixed_bytes + layout.unit_bytes)
+
+
+def test_descends_when_the_outermost_lists_leave_more_than_a_quarter_fixed():
+    from toy_models import TinyVits
+    m = TinyVits()
+    old = analyse(m, fixed_share=None)
+    assert [u.name for u in old.units] == ["flows.0", "flows.1", "decoder.resblocks.1"]
+    assert fixed_share(old) > 0.5
+    new = analyse(m)
+    assert fixed_share(new) <= 0.25
+    # the outermost rule's units stay as they were; the new ones lie outside them, largest first
+    assert {u.name: u.nbytes for u in new.units if u.name in {v.name for v in old.units}} == \
+        {u.name: u.nbytes for u in old.units}
+    added = [u.name for u in new.units if u.name not in {v.name for v in old.units}]
+    assert added == ["encoder.0", "encoder.1", "encoder.2", "encoder.3", "decoder.ups.0", "decoder.resblocks.0"]
+    assert [u.order for u in new.units] == sorted(u.order for u in new.units)  # module (run) order
+    assert {"embed.weight", "encoder.0.norm1.weight"} <= names(new, new.fixed)  # embedding, norms
+
+
+def test_no_descent_while_the_fixed_part_is_within_a_quarter():
+    m = Stack()
+    m.tail = nn.Linear(512, 512)  # outside every list: stays fixed, the share is small
+    assert [u.name for u in analyse(m).units] == [u.name for u in analyse(m, fixed_share=None).units]
+    assert "tail.weight" in names(analyse(m), analyse(m).fixed)
+
+
+def test_memory_units_are_never_descended():
+    class Custom(Stack):
+        def memory_units(self):
+            return [self.blocks[0]]
+
+    layout = analyse(Custom())
+    assert [u.name for u in layout.units] == ["blocks.0"] and fixed_share(layout) > 0.5
+
+
+class Body(nn.Module):
+    def __init__(self, dim=512):
+        super().__init__()
+        self.a = nn.Linear(dim, dim)
+        self.b = nn.Linear(dim, dim)
+
+
+class Flat(nn.Module):
+    """No list at all: the outermost rule finds no unit."""
+
+    def __init__(self, dim=512):
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.x, self.y, self.z, self.w = Body(dim), Body(dim), Body(dim), Body(dim)
+        self.head = nn.Linear(dim, dim)
+
+
+def test_descent_keeps_every_fixed_part_rule():
+    m = Flat()
+    m.head.weight = m.x.a.weight                          # tied with a module outside x
+    shared = nn.Linear(512, 512)
+    m.z.shared = shared                                   # one module reachable from two subtrees
+    m.w.shared = shared
+    DeviceService.pin_to_cpu(m.w.b)
+    h = ModelHandle(m, "flat", min_unit_bytes=4 * MB)     # a cap above one Body (2 MB): Bodies are units
+    h.mark(m.y, "fixed").mark(m.z, "hot")
+    layout = h.layout
+    assert analyse(m, fixed_share=None).units == []
+    # inp and head keep only a bias to stream (under 64 KB): no unit
+    assert [u.name for u in layout.units] == ["x", "z", "w"]
+    fixed = names(layout, layout.fixed)
+    assert {"inp.weight", "inp.bias", "head.bias"} <= fixed                  # the first parameter; tiny
+    assert "x.a.weight" in fixed and "x.a.bias" in streamed_names(layout)      # tied
+    assert {"y.a.weight", "y.b.weight"} <= fixed                             # marked fixed
+    assert "z.shared.weight" in fixed and "z.a.weight" in streamed_names(layout)  # reachable from two parents
+    assert not any(n.startswith("w.b.") for n in fixed | streamed_names(layout))  # pinned: left out
+    assert [u.hot for u in layout.units] == [False, True, False]
+
+
+def test_a_subtree_within_the_largest_unit_is_one_unit_a_larger_one_is_split():
+    m = Flat()
+    m.blocks = nn.ModuleList(block() for _ in range(2))   # the outermost rule's units: ~2 MB each
+    m.big = nn.Sequential(Body(), Body())                 # 4 MB: split into its Bodies
+    layout = analyse(m)
+    units = {u.name for u in layout.units}
+    assert {"big.0", "big.1", "blocks.0", "blocks.1"} <= units and "big" not in units
+    assert units & {"x", "y", "z", "w"} and not any(u.startswith(("x.", "y.", "z.", "w.")) for u in units)
+    assert max(u.nbytes for u in layout.units) == max(u.nbytes for u in analyse(m, fixed_share=None).units)
+    assert fixed_share(layout) <= 0.25
+
+
+def test_a_streamable_module_is_never_split():
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(8, 8)
+            self.mha = nn.MultiheadAttention(1024, 8)     # 16 MB, reads out_proj's weights in its own forward
+
+    layout = analyse(Attn())
+    assert [u.name for u in layout.units] == ["mha"]
+    assert {"mha.in_proj_weight", "mha.out_proj.weight"} <= streamed_names(layout)
+
+
+def test_torch_encoder_layer_is_never_split():
+    """In eval mode its forward hands its children's weights to one fused kernel without calling them."""
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 8)
+            self.blocks = nn.ModuleList(block(256) for _ in range(2))   # ~0.5 MB units: the cap
+            self.post = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)  # 12 MB
+
+    layout = analyse(Head(), min_unit_bytes=256 << 10)
+    assert [u.name for u in layout.units] == ["blocks.0", "blocks.1", "post"]
+
+
+def test_nn_transformer_default_fixed_part_at_most_a_quarter():
+    with torch.device("meta"):
+        m = nn.Transformer()
+    layout = analyse(m)
+    assert fixed_share(layout) <= 0.25
+    assert "encoder.layers.1.self_attn.in_proj_weight" in streamed_names(layout)

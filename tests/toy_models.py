@@ -154,3 +154,89 @@ class TinyVocoder(nn.Module):
 
     def forward(self, mel):
         return torch.tanh(self.conv_out(self.stages(self.conv_in(mel))))
+
+
+class TextEncoderLayer(nn.Module):
+    def __init__(self, dim: int, heads: int, ff: int) -> None:
+        super().__init__()
+        self.attn = Attention(dim, heads)
+        self.norm1 = nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(nn.Conv1d(dim, ff, 1), nn.ReLU(), nn.Conv1d(ff, dim, 1))
+        self.norm2 = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.ffn(x.transpose(1, 2)).transpose(1, 2))
+
+
+class Coupling(nn.Module):
+    """A VITS residual coupling layer: a WaveNet-style stack predicts a shift for half the channels."""
+
+    def __init__(self, ch: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        self.pre = nn.Conv1d(ch // 2, hidden, 1)
+        self.in_layers = nn.ModuleList(nn.Conv1d(hidden, 2 * hidden, 5, padding=2) for _ in range(layers))
+        self.res_skip = nn.ModuleList(nn.Conv1d(hidden, hidden, 1) for _ in range(layers))
+        self.post = nn.Conv1d(hidden, ch // 2, 1)
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=1)
+        h = self.pre(a)
+        for conv, res in zip(self.in_layers, self.res_skip):
+            t, s = conv(h).chunk(2, dim=1)
+            h = h + res(torch.tanh(t) * torch.sigmoid(s))
+        return torch.cat([a, b - self.post(h)], dim=1).flip(1)  # inverse direction, then VITS' Flip
+
+
+class HiFiResBlock(nn.Module):
+    def __init__(self, ch: int, kernel: int) -> None:
+        super().__init__()
+        self.convs1 = nn.ModuleList(nn.Conv1d(ch, ch, kernel, padding=d * (kernel - 1) // 2, dilation=d)
+                                    for d in (1, 3, 5))
+        self.convs2 = nn.ModuleList(nn.Conv1d(ch, ch, kernel, padding=(kernel - 1) // 2) for _ in range(3))
+
+    def forward(self, x):
+        for c1, c2 in zip(self.convs1, self.convs2):
+            x = x + c2(F.leaky_relu(c1(F.leaky_relu(x, 0.1)), 0.1))
+        return x
+
+
+class HiFiGan(nn.Module):
+    def __init__(self, ch: int, up: int) -> None:
+        super().__init__()
+        self.conv_pre = nn.Conv1d(ch, up, 7, padding=3)
+        self.ups = nn.ModuleList([nn.ConvTranspose1d(up, up // 2, 8, stride=4, padding=2),
+                                  nn.ConvTranspose1d(up // 2, up // 4, 8, stride=4, padding=2)])
+        self.resblocks = nn.ModuleList(HiFiResBlock(up // 2 ** (i + 1), k) for i in range(2) for k in (3, 5))
+        self.conv_post = nn.Conv1d(up // 4, 1, 7, padding=3)
+
+    def forward(self, z):
+        x = self.conv_pre(z)
+        for i, upsample in enumerate(self.ups):
+            x = upsample(F.leaky_relu(x, 0.1))
+            x = (self.resblocks[2 * i](x) + self.resblocks[2 * i + 1](x)) / 2
+        return torch.tanh(self.conv_post(F.leaky_relu(x)))
+
+
+class TinyVits(nn.Module):
+    """VITS shaped (text encoder, flows, HiFi-GAN decoder with resblocks), at a size where most children
+    of its outermost lists hold under 1 MB: the outermost-list rule leaves 60 % of the weights fixed
+    (transformers' VitsModel at the mms-tts-eng config in bfloat16: 28.5 %, its WaveNet layers under 1 MB)."""
+
+    def __init__(self, vocab: int = 64, dim: int = 128, ch: int = 64, up: int = 192) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.encoder = nn.ModuleList(TextEncoderLayer(dim, 2, 2 * dim) for _ in range(6))
+        self.proj = nn.Conv1d(dim, 2 * ch, 1)
+        self.flows = nn.ModuleList(Coupling(ch, 96, 3) for _ in range(2))
+        self.decoder = HiFiGan(ch, up)
+
+    def forward(self, ids, noise):
+        x = self.embed(ids)
+        for layer in self.encoder:
+            x = layer(x)
+        mean, logs = self.proj(x.transpose(1, 2)).repeat_interleave(4, dim=2).chunk(2, dim=1)
+        z = mean + noise * torch.exp(logs) * 0.667
+        for flow in reversed(self.flows):
+            z = flow(z)
+        return self.decoder(z)

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .registry import Download
-
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
@@ -89,13 +87,6 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def download(repo: str, dest: Path, source: Source, progress: Progress | None = None,
-             include: Callable[[str], bool] = lambda name: not name.startswith(".")) -> Path:
-    """Download every file of `repo` that `include` accepts into `dest` (a new folder); returns `dest`."""
-    files = [f for f in source.files(repo) if include(f.name)]
-    return download_model([(Download(repo), f) for f in files], dest, source, progress, what=repr(repo))
 
 
 def download_plan(downloads, source: Source) -> list:

@@ -29,7 +29,6 @@ from .onnx_reader import Model, Node
 DTYPES: dict[int, torch.dtype] = {1: torch.float32, 2: torch.uint8, 3: torch.int8, 5: torch.int16, 6: torch.int32,
                                   7: torch.int64, 9: torch.bool, 10: torch.float16, 11: torch.float64,
                                   16: torch.bfloat16}
-INT64_MAX = 2 ** 63 - 1
 
 
 class OnnxRuntimeError(ValueError):

@@ -9,7 +9,9 @@ Phases:
 - "flow" (oneshot): the DiT integrates the ODE, 32 evaluations of the doubled (guided) batch per
   chunk; the modules every step runs are marked hot (placed first, yielded last), the text
   embedding (once per chunk) streams like any unit;
-- "vocoder" (oneshot): Vocos turns the new mel frames into 24 kHz audio.
+- "vocoder" (oneshot): Vocos turns the new mel frames into 24 kHz audio; with `compute.oom_fallback`,
+  after the exact retries, in crossfaded 256-frame tiles (`runtime.fallbacks.tiled_1d`, named in
+  `applied.fallbacks`).
 Upstream's inference rules (f5_tts.infer.utils_infer): the reference is scaled up to RMS 0.1 when
 quieter (and the output scaled back), its transcript gets ". " appended, the frame count is the
 reference's plus its frames-per-UTF-8-byte times the new text's bytes over the speed (speed 0.3 for
@@ -26,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
+from ...runtime.fallbacks import tiled_1d
 from ..common.engine import Capabilities, Chunk, Engine
 from .loader import F5Bundle
 from .sample import FlowSettings, sample, total_frames
@@ -35,6 +38,7 @@ TARGET_RMS = 0.1
 SHORT_TEXT_BYTES = 10     # upstream reads texts shorter than this at speed 0.3
 SHORT_TEXT_SPEED = 0.3
 MB = 1 << 20
+VOCODER_TILE, VOCODER_OVERLAP = 256, 32     # the OOM fallback's tiles (ComfyUI's tiled audio VAE decode)
 
 
 def frames_for(ref_samples: int, ref_text: str, text: str, speed: float, hop: int) -> int:
@@ -138,11 +142,20 @@ class F5TTSEngine(Engine):
         return ctx.run("flow", [self.dit], run, memory=self.flow_memory(frames, settings.cfg_strength >= 1e-5))
 
     def decode(self, ctx: RequestContext, mel: Tensor) -> Tensor:
-        """The "vocoder" phase: mel [1, mel, frames] -> waveform [frames * hop] (float32, CPU)."""
-        def run() -> Tensor:
+        """The "vocoder" phase: mel [1, mel, frames] -> waveform [frames * hop] (float32, CPU). With
+        `compute.oom_fallback`, after the exact retries: tiles of VOCODER_TILE frames crossfaded over
+        VOCODER_OVERLAP (Vocos is non-causal and stateless, so tiles only differ at their seams)."""
+        def run(tiled: bool) -> Tensor:
             with torch.inference_mode():
-                return self.bundle.vocoder.decode(mel.to(self.vocoder.device)).float().cpu()[0]
-        return ctx.run("vocoder", [self.vocoder], run, memory=self.vocoder_memory(mel.shape[-1]))
+                x = mel.to(self.vocoder.device)
+                vocode = self.bundle.vocoder.decode
+                out = tiled_1d(vocode, x, VOCODER_TILE, VOCODER_OVERLAP) if tiled else vocode(x)
+                return out.float().cpu()[0]
+        frames = mel.shape[-1]
+        fallback = (f"vocoder in {VOCODER_TILE}-frame tiles", lambda: run(True),
+                    self.vocoder_memory(min(frames, VOCODER_TILE)) + frames * self.bundle.vocoder.hop_length * 4)
+        return ctx.run("vocoder", [self.vocoder], lambda: run(False), memory=self.vocoder_memory(frames),
+                       fallback=fallback)
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         p = self.prompt(chunk)

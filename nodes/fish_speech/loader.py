@@ -24,8 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...runtime.loading import (CheckpointError, SizeSource, checkpoint_path, load_module_from_state,
-                               load_module_renamed)
+from ...runtime.loading import CheckpointError, SizeSource, checkpoint_path, load_module, load_module_from_state
 from ..common import checkpoint
 from ..common.checkpoint import load_pickle, state_dict
 from ..common.dac import fold_weight_norm
@@ -163,7 +162,7 @@ def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     def build() -> DualARTransformer:
         return DualARTransformer(config, tokenizer.semantic_begin_id, tokenizer.semantic_end_id)
     if s2:
-        model = load_module_renamed(build, checkpoint_path(folder), s2_name, dtype, sizes).eval()
+        model = load_module(build, checkpoint_path(folder), dtype, sizes, rename=s2_name).eval()
     else:
         path = folder / "model.pth"
         model = load_module_from_state(build, lm_state(read_state(path), config.tie_word_embeddings), dtype,

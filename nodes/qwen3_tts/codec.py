@@ -489,7 +489,8 @@ class SpeechTokenizer(nn.Module):
         frames = -(-wav.shape[-1] // self.config.encode_downsample_rate)
         return codes[:frames]
 
-    def decode(self, codes: Tensor) -> Tensor:
-        """Codes [F, 16] -> waveform [F * 1920]."""
-        wav = self.decoder.chunked(codes.clamp(min=0).T[None])[0, 0]
+    def decode(self, codes: Tensor, chunk: int = 300) -> Tensor:
+        """Codes [F, 16] -> waveform [F * 1920], decoded `chunk` frames at a time with 25 frames of left
+        context (upstream decodes with 300; fewer is the frugal OOM fallback, close but not equal)."""
+        wav = self.decoder.chunked(codes.clamp(min=0).T[None], chunk)[0, 0]
         return wav[: codes.shape[0] * self.config.decode_upsample_rate]

@@ -8,10 +8,14 @@
 
 Phases:
 - "voice prompt" (oneshot; Base models): codec encoder -> reference codes, speaker encoder -> x-vector;
-- "talker" (sequence, graphable): talker and code predictor together, one component; the code
+- "talker" (sequence): talker and code predictor together, one component; the code
   predictor (15 forwards per frame) is marked hot so it is placed first and never streams while
   room allows; the text embedding table (151936 rows) stays on the CPU, only looked-up rows move;
-- "codec decoder" (oneshot): codes -> 24 kHz waveform in chunks of 300 frames.
+- "codec decoder" (oneshot): codes -> 24 kHz waveform in chunks of 300 frames with 25 frames of left
+  context (upstream's chunked_decode). If it is still out of memory after the exact retries, and
+  `compute.oom_fallback` is on, it decodes in chunks of 50 frames the same way (a quarter of the
+  working memory; the audio differs slightly where a sample's receptive field reaches past the 25
+  frames of context), named in `applied.fallbacks`.
 Working memory comes from the request: the talker's KV cache for prompt + min(16 frames per text
 token, max_new_tokens) positions (runtime.lm.cache.peak_bytes), its prefill activations; the
 decoder's from the frames of one chunk. Sampling draws from the request's generator (restored on an
@@ -34,6 +38,8 @@ from .generate import Request, Sampling, build_prompt, generate_codes, speaker_e
 from .loader import Qwen3TTSBundle
 from .text import assistant_text, instruct_text, ref_text
 
+DECODE_CHUNK = 300           # frames per chunk of upstream's chunked_decode
+FALLBACK_CHUNK = 50          # the OOM fallback's chunks (each with the same 25 frames of left context)
 FRAMES_PER_TEXT_TOKEN = 16   # 12.5 Hz frames; speech averages ~3-4 per BPE token, the estimate leaves room
 SAMPLE_RATE = 24000
 MB = 1 << 20
@@ -68,8 +74,7 @@ class Qwen3TTSEngine(Engine):
         self.capabilities = capabilities(bundle.config)
         model, codec = bundle.model, bundle.codec
         DeviceService.pin_to_cpu(model.talker.model.text_embedding)
-        self.talker = ModelHandle(model.talker, name="talker", kind="sequence", graphable=True,
-                                  min_unit_bytes=min_unit_bytes)
+        self.talker = ModelHandle(model.talker, name="talker", kind="sequence", min_unit_bytes=min_unit_bytes)
         # The code predictor runs 15 times per frame, the talker's layers once: keep it resident first.
         self.talker.mark(model.talker.code_predictor, "hot")
         self.decoder = ModelHandle(codec.decoder, name="codec decoder", kind="oneshot", min_unit_bytes=min_unit_bytes)
@@ -136,12 +141,12 @@ class Qwen3TTSEngine(Engine):
         scores = tc.num_attention_heads * prompt_tokens * prompt_tokens * 4     # attention of the prefill (math path)
         return kv + prefill + scores + 4 * tc.vocab_size * 4 + MB
 
-    def decoder_memory(self, frames: int) -> int:
-        """One chunk (<= 300 frames + 25 of context) through the upsampling stack: the widest stage's
+    def decoder_memory(self, frames: int, chunk: int = DECODE_CHUNK) -> int:
+        """One chunk (<= `chunk` frames + 25 of context) through the upsampling stack: the widest stage's
         activations times the temporaries of SnakeBeta and a residual unit."""
         dc = self.bundle.codec.config.decoder
         size = next(self.bundle.codec.decoder.parameters()).element_size()
-        chunk = min(frames, 300) + min(frames, 25)
+        chunk = min(frames, chunk) + min(frames, 25)
         widest = dc.hidden_size * 8 * chunk                      # the transformer (SwiGLU hidden ~ 3 x width)
         t = chunk
         for f in dc.upsampling_ratios:
@@ -214,10 +219,15 @@ class Qwen3TTSEngine(Engine):
 
     def decode(self, ctx: RequestContext, codes: Tensor) -> Tensor:
         """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU)."""
-        def run():
+        def run(chunk: int) -> Tensor:
             with torch.inference_mode():
-                return self.bundle.codec.decode(codes.to(self.decoder.device)).float().cpu()
-        return ctx.run("codec decoder", [self.decoder], run, memory=self.decoder_memory(codes.shape[0]))
+                return self.bundle.codec.decode(codes.to(self.decoder.device), chunk).float().cpu()
+
+        frames = codes.shape[0]
+        fallback = (f"codec decoder in {FALLBACK_CHUNK}-frame chunks", lambda: run(FALLBACK_CHUNK),
+                    self.decoder_memory(frames, FALLBACK_CHUNK))
+        return ctx.run("codec decoder", [self.decoder], lambda: run(DECODE_CHUNK), memory=self.decoder_memory(frames),
+                       fallback=fallback)
 
     def speak(self, ctx: RequestContext, text: str, *, language: str = "auto", speaker: str | None = None,
               instruct: str | None = None, ref_audio: Any = None, ref_text: str | None = None,

@@ -70,10 +70,6 @@ class DynamicCache:
             self._v[layer_idx] = torch.cat([self._v[layer_idx], v], dim=_SEQ)
         return self._k[layer_idx], self._v[layer_idx]
 
-    def reset(self) -> None:
-        self._k.clear()
-        self._v.clear()
-
 
 class BufferCache:
     """Per-layer preallocated K/V buffers of `initial` positions, doubled when full.
@@ -121,11 +117,6 @@ class BufferCache:
         """[1, 1, 1, capacity] bool, True where a key is filled (for whole=True)."""
         buf = self._k[layer_idx]
         return (torch.arange(buf.shape[_SEQ], device=buf.device) < self._len[layer_idx]).view(1, 1, 1, -1)
-
-    def reset(self) -> None:
-        self._k.clear()
-        self._v.clear()
-        self._len.clear()
 
 
 def _buffer(like: Tensor, capacity: int, zeros: bool = False) -> Tensor:

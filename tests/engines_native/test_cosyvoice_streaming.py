@@ -52,9 +52,10 @@ def test_streamed_half_and_resident_equal_plain_run(folder, plain, residency):
     frames = 30 + plain.numel() // 480       # the 0.6 s reference mel frames + those of the speech
     workings = {"llm": probe.llm_memory(30, 2), "flow": probe.flow_memory(frames),
                 "vocoder": probe.vocoder_memory(frames)}
-    # "half": the component with the most streamable bytes is placed half-way; the others fit or stream
-    handle = max((probe.llm_handle, probe.flow_handle, probe.hift_handle),
-                 key=lambda h: h.size_bytes - h.layout.fixed_bytes)
+    # "half": of the components that can be partly placed (more than their minimum working set), the one
+    # whose phase needs the most working memory is placed half-way; the others fit or stream
+    handle = max((h for h in (probe.llm_handle, probe.flow_handle, probe.hift_handle)
+                  if h.size_bytes > h.min_working_set), key=lambda h: workings[h.name])
     working = workings[handle.name]
     mode, capacity = residency_capacity(handle, residency, working=working)
     if residency != "half":                  # room for the largest component, whichever phase runs

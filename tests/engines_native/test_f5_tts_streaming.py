@@ -157,3 +157,42 @@ def test_cancel_during_the_flow_is_clean(folder, plain):
     assert not engine.manager.devices.memory("cpu").used > sum(h.loaded_bytes for h in engine.handles) + 0
     with engine.manager.request(seed=SEED) as ctx:                 # the next request is unaffected
         assert torch.equal(engine.speak_chunk(ctx, chunk()), plain[1])
+
+
+def test_vocoder_oom_fallback_decodes_in_tiles_on_the_strict_device(folder):
+    """A device too small for the whole mel at once but big enough for 256-frame tiles: without
+    `compute.oom_fallback` a clear OOM after the exact retries; with it `tiled_1d` (256 frames, 32 overlap,
+    crossfade), named in `applied`, equal to tiled_1d run plainly (and not to the whole decode)."""
+    from mizuoto.runtime.fallbacks import tiled_1d
+    frames = 700                                     # three tiles: seams at 224..256 and 448..480
+    mel = torch.randn(1, 100, frames, generator=torch.Generator().manual_seed(1))
+    plain = load_f5_tts(folder).vocoder
+    with torch.inference_mode():
+        exact, tiled = plain.decode(mel)[0], tiled_1d(plain.decode, mel, 256, 32)[0]
+
+    probe = _engine(folder)
+    peaks = {}
+    for n in (frames, 256):
+        with probe.manager.request() as ctx, ctx.use([probe.vocoder]), probe.manager.devices.tracking("cpu") as tr:
+            with torch.inference_mode():
+                probe.bundle.vocoder.decode(mel[..., :n])
+        peaks[n] = tr.peak_bytes
+    capacity = probe.vocoder.size_bytes + (peaks[256] + peaks[frames]) // 2 + frames * 256 * 4
+
+    engine = _engine(folder, capacity)
+    with pytest.raises(torch.OutOfMemoryError, match="vocoder: out of memory after 2 retries"):
+        with engine.manager.request(seed=0) as ctx:
+            engine.decode(ctx, mel)
+    assert ctx.meta["applied"]["fallbacks"] == []
+    with engine.manager.request(seed=0, settings={"compute.oom_fallback": True}) as ctx:
+        audio = engine.decode(ctx, mel)
+    assert ctx.meta["applied"]["fallbacks"] == ["vocoder in 256-frame tiles"]
+    assert ctx.meta["applied"]["oom_retries"] == 2
+    assert audio.shape == exact.shape == (frames * 256,)
+    assert torch.equal(audio, tiled) and not torch.equal(audio, exact)
+    assert engine.vocoder.in_use == 0
+    with engine.manager.request(seed=0, settings={"compute.oom_fallback": True}) as ctx:   # what fits stays exact
+        short = engine.decode(ctx, mel[..., :200])
+    assert ctx.meta["applied"] == {"oom_retries": 0, "fallbacks": []}
+    with torch.inference_mode():
+        assert torch.equal(short, plain.decode(mel[..., :200])[0])

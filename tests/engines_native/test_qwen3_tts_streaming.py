@@ -113,7 +113,7 @@ def test_fixed_part_and_units(folder):
     assert snakes and all(id(m.alpha) in fixed and id(m.beta) in fixed for m in snakes)
     books = [m for m in engine.bundle.codec.decoder.modules() if type(m).__name__ == "Codebook"]
     assert books and all(id(m.embedding_sum) in fixed for m in books)
-    assert engine.talker.graphable and engine.talker.kind == "sequence"
+    assert engine.talker.kind == "sequence"
 
 
 @pytest.mark.parametrize("text_tokens", [4, 16, 48])
@@ -134,3 +134,45 @@ def test_talker_estimate_covers_measured_working_memory(folder, text_tokens):
           f"measured {measured / 2**20:.2f} MiB")
     assert measured <= estimate
     assert estimate - (1 << 20) <= 4 * measured      # and not a worst case: within 4x plus the 1 MiB floor
+
+
+def test_codec_decoder_oom_fallback_on_the_strict_device(folder):
+    """A device too small for the exact decode (300-frame chunks) but big enough for 50-frame ones:
+    without `compute.oom_fallback` a clear OOM after the exact retries; with it, upstream's left-context
+    chunking at 50 frames, named in `applied`, bit-identical to that decode run plainly, close to the exact one."""
+    frames, chunk = 160, 50                  # four fallback chunks: seams at 50, 100, 150
+    codes = torch.randint(0, 64, (frames, 16), generator=torch.Generator().manual_seed(0))
+    plain = load_qwen3_tts(folder, dtype=torch.float32).codec
+    with torch.inference_mode():
+        exact, chunked = plain.decode(codes), plain.decode(codes, chunk)
+
+    probe = _engine(folder, 1 << 30)
+    peaks = {}
+    for n in (300, chunk):
+        with probe.manager.request() as ctx, ctx.use([probe.decoder]), probe.manager.devices.tracking("cpu") as tr:
+            with torch.inference_mode():
+                probe.bundle.codec.decode(codes, n)
+        peaks[n] = tr.peak_bytes
+    assert peaks[chunk] < peaks[300]
+    capacity = probe.decoder.size_bytes + (peaks[chunk] + peaks[300]) // 2
+
+    engine = _engine(folder, capacity)
+    with pytest.raises(torch.OutOfMemoryError, match="codec decoder: out of memory after 2 retries"):
+        with engine.manager.request(seed=0) as ctx:
+            engine.decode(ctx, codes)
+    assert ctx.meta["applied"]["fallbacks"] == [] and ctx.meta["applied"]["oom_retries"] == 2
+
+    with engine.manager.request(seed=0, settings={"compute.oom_fallback": True}) as ctx:
+        audio = engine.decode(ctx, codes)
+    assert ctx.meta["applied"]["fallbacks"] == ["codec decoder in 50-frame chunks"]
+    assert ctx.meta["applied"]["oom_retries"] == 2
+    assert audio.shape == exact.shape == (frames * 1920,)
+    assert torch.equal(audio, chunked)                 # the runtime changes nothing but the chunking
+    assert not torch.equal(audio, exact)               # the seams see 25 frames of context, not all
+    assert (audio - exact).abs().max() < 1e-3 * exact.abs().max()
+    assert engine.decoder.in_use == 0
+    with engine.manager.request(seed=0, settings={"compute.oom_fallback": True}) as ctx:   # what fits stays exact
+        short = engine.decode(ctx, codes[:40])
+    assert ctx.meta["applied"] == {"oom_retries": 0, "fallbacks": []}
+    with torch.inference_mode():
+        assert torch.equal(short, plain.decode(codes[:40]))

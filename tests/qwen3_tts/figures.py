@@ -67,12 +67,8 @@ CONFIG_06B = {
 }
 
 
-def write_06b(folder: Path) -> int:
-    """Random bf16 checkpoint with the 0.6B shapes; returns its bytes (both safetensors files)."""
-    from safetensors.torch import save_file
-    from mizuoto.nodes.qwen3_tts.codec import CodecConfig, SpeechTokenizer
-    from mizuoto.nodes.qwen3_tts.model import Qwen3TTS, Qwen3TTSConfig
-    from mizuoto.runtime.loading import _parameters_on_meta
+def config_06b() -> tuple[dict, dict]:
+    """The 0.6B model's config.json and speech_tokenizer/config.json (also used by bench/units.py)."""
     from qwen3_tts.tiny import model_config
     cfg = model_config("base")
     t = cfg["talker_config"]
@@ -92,6 +88,16 @@ def write_06b(folder: Path) -> int:
     ccfg = {"model_type": "qwen3_tts_tokenizer_12hz", "encoder_valid_num_quantizers": 16,
             "encoder_config": {"num_quantizers": 32, "frame_rate": 12.5},
             "decoder_config": {"codebook_dim": 512}}
+    return cfg, ccfg
+
+
+def write_06b(folder: Path) -> int:
+    """Random bf16 checkpoint with the 0.6B shapes; returns its bytes (both safetensors files)."""
+    from safetensors.torch import save_file
+    from mizuoto.nodes.qwen3_tts.codec import CodecConfig, SpeechTokenizer
+    from mizuoto.nodes.qwen3_tts.model import Qwen3TTS, Qwen3TTSConfig
+    from mizuoto.runtime.loading import _parameters_on_meta
+    cfg, ccfg = config_06b()
     (folder / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
     total = 0
     g = torch.Generator().manual_seed(0)
@@ -116,7 +122,11 @@ def write_06b(folder: Path) -> int:
 def rss_figure() -> None:
     # Both steps run in fresh subprocesses of this small process: a child's ru_maxrss starts at its
     # parent's RSS at fork time, so the writer (several GiB) must not be the loader's parent.
-    folder = Path(tempfile.mkdtemp()) / "qwen3-0.6b-shaped"
+    with tempfile.TemporaryDirectory() as tmp:     # 2.2 GiB: never left behind
+        _rss_figure(Path(tmp) / "qwen3-0.6b-shaped")
+
+
+def _rss_figure(folder: Path) -> None:
     t = time.time()
     subprocess.run([sys.executable, __file__, "write", str(folder)], check=True)
     nbytes = sum(p.stat().st_size for p in (folder / "model.safetensors", folder / "speech_tokenizer" / "model.safetensors"))

@@ -202,6 +202,18 @@ def test_decoder_long_chunked(folders):
     close(mine, wavs[0], "chunked decode of 330 frames")
 
 
+def test_decoder_fallback_chunks_like_upstream(folders):
+    """The OOM fallback's 50-frame chunks use upstream's own left-context scheme: its chunked_decode
+    with chunk_size=50 gives the same waveform."""
+    from mizuoto.nodes.qwen3_tts.phases import FALLBACK_CHUNK
+    tts, engine = upstream(folders["base"]), ours(folders["base"])
+    codes = torch.randint(0, 64, (130, 16), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        theirs = tts.model.speech_tokenizer.model.decoder.chunked_decode(codes.T[None], chunk_size=FALLBACK_CHUNK)
+        mine = engine.bundle.codec.decode(codes, FALLBACK_CHUNK)
+    close(mine, theirs[0, 0], f"decode in {FALLBACK_CHUNK}-frame chunks")
+
+
 def test_end_token_stops_like_upstream(folders):
     """Longer greedy runs: where upstream stops on the end token, we stop on the same frame."""
     tts, engine = upstream(folders["custom_voice"]), ours(folders["custom_voice"])
