@@ -32,7 +32,7 @@ from ...runtime.loading import CheckpointError, SizeSource, load_module_from_sta
 from ..common.checkpoint import ModelFolderError, load_pickle, load_pickle_with_records, read_json, state_dict
 from ..common.dac import fold_weight_norm
 from .bert import BertConfig, BertFeatures
-from .hubert import Hubert, HubertConfig
+from ..common.hubert import Hubert, HubertConfig
 from .sovits import WEIGHT_NORMED, SoVITSConfig, SynthesizerTrn
 from .speaker import ERes2NetV2
 from .t2s import T2SConfig, Text2Semantic
@@ -167,18 +167,23 @@ def hf_state(folder: Path) -> tuple[dict | None, Path]:
 
 def load_hubert(folder: Path, dtype: torch.dtype) -> Hubert:
     data = read_json(folder / "config.json", ENGINE)
-    cfg = HubertConfig.from_dict(data, str(folder / "config.json"))
+    try:
+        cfg = HubertConfig.from_dict(data, "config")
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{ENGINE}: {folder / 'config.json'}: {e}") from None
     state, path = hf_state(folder)
     if state is None:
         from safetensors.torch import load_file
         state = load_file(str(path))
-    state = {k[len("hubert."):] if k.startswith("hubert.") else k: v for k, v in state.items()}
-    g = {k: v.float() for k, v in state.items() if "pos_conv_embed" in k}
-    state = {**state, **fold_weight_norm(g, dim=2)}
-    state = {k: v for k, v in state.items() if not (k.startswith("encoder.pos_conv_embed.conv.") and
-                                                     k.endswith(("weight_g", "weight_v", "original0", "original1")))}
-    return load_module_from_state(lambda: Hubert(cfg), state, dtype, source=path,
+    # transformers before 4.44 saved the positional conv's weight norm as weight_g / weight_v
+    legacy = {".weight_g": ".parametrizations.weight.original0", ".weight_v": ".parametrizations.weight.original1"}
+    state = {_renamed(k[len("hubert."):] if k.startswith("hubert.") else k, legacy): v for k, v in state.items()}
+    return load_module_from_state(lambda: Hubert(cfg, "masked_spec_embed" in state), state, dtype, source=path,
                                   config=SizeSource(folder / "config.json", data)).eval()
+
+
+def _renamed(key: str, suffixes: dict[str, str]) -> str:
+    return next((key[:-len(old)] + new for old, new in suffixes.items() if key.endswith(old)), key)
 
 
 def load_bert(folder: Path, dtype: torch.dtype) -> tuple[BertFeatures, object]:

@@ -76,7 +76,7 @@ class GPTSoVITSEngine(Engine):
         activations, the attention scores), the speaker model's feature maps (channels x 80 bins x frames),
         the prompt's projection and quantizer distances."""
         size = self.size()
-        h = self.bundle.hubert.cfg
+        h = self.bundle.hubert.config
         frames = self.bundle.hubert.frames(samples16k)
         conv = samples16k // 5 * max(h.conv_dim) * size * 3
         body = frames * (6 * h.hidden_size + 2 * h.intermediate_size) * size
@@ -150,7 +150,7 @@ class GPTSoVITSEngine(Engine):
         def run() -> tuple[Tensor, Tensor | None]:
             with torch.inference_mode():
                 dev, dt = self.hubert.device, self.bundle.dtype
-                feats = self.bundle.hubert(hub16[None].to(dev, dt))
+                feats = self.bundle.hubert(hub16[None].to(dev, dt))[-1]
                 tokens = self.bundle.sovits.extract_latent(feats.transpose(1, 2))[0].cpu()
                 emb = None
                 if sv16 is not None:

@@ -148,7 +148,7 @@ load_into(hf_hubert, hub_w)
 wav16k = inp["hubert.wav"]
 with torch.no_grad():
     feats = hf_hubert(wav16k[None])["last_hidden_state"]
-    mine = ours["v2"].hubert(wav16k[None])
+    mine = ours["v2"].hubert(wav16k[None])[-1]
 assert torch.equal(mine, feats), f"HuBERT differs: {(mine - feats).abs().max()}"
 out["hubert.features"] = feats
 

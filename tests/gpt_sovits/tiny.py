@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from mizuoto.nodes.gpt_sovits.bert import BertConfig, BertFeatures
-from mizuoto.nodes.gpt_sovits.hubert import Hubert, HubertConfig
+from mizuoto.nodes.common.hubert import Hubert, HubertConfig
 from mizuoto.nodes.gpt_sovits.sovits import WEIGHT_NORMED, SoVITSConfig, SynthesizerTrn
 from mizuoto.nodes.gpt_sovits.speaker import ERes2NetV2
 
@@ -184,12 +184,8 @@ def save_t2s(path: Path, weights: dict[str, torch.Tensor], config: dict = T2S_CO
 def hubert_weights(seed: int = SEED) -> dict[str, torch.Tensor]:
     cfg = HubertConfig.from_dict(HUBERT_CONFIG, "tiny")
     with torch.device("meta"):
-        model = Hubert(cfg)
-    shapes = shapes_of(model)
-    shape, dtype = shapes.pop("encoder.pos_conv_embed.conv.weight")
-    shapes["encoder.pos_conv_embed.conv.parametrizations.weight.original0"] = ((1, 1, shape[2]), dtype)
-    shapes["encoder.pos_conv_embed.conv.parametrizations.weight.original1"] = (shape, dtype)
-    return random_state(shapes, seed)
+        model = Hubert(cfg, masked_spec_embed=True)
+    return random_state(shapes_of(model), seed)
 
 
 def bert_weights(seed: int = SEED) -> dict[str, torch.Tensor]:
