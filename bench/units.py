@@ -189,6 +189,23 @@ def voxcpm(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     return [(f"VoxCPM 2 {h.name}", h) for h in e.handles]
 
 
+def gpt_sovits(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
+    from mizuoto.nodes.common.hubert import Hubert, HubertConfig
+    from mizuoto.nodes.gpt_sovits.phases import GPTSoVITSEngine
+    from mizuoto.nodes.gpt_sovits.sovits import SoVITSConfig, SynthesizerTrn
+    from mizuoto.nodes.gpt_sovits.speaker import ERes2NetV2
+    from mizuoto.nodes.gpt_sovits.t2s import T2SConfig, Text2Semantic
+    t2s = T2SConfig.from_dict(_real("gpt_sovits/real_t2s_v2.json")["config"], "s1longer-v2.yaml")
+    sovits = SoVITSConfig.from_hparams(_real("gpt_sovits/real_sovits_v2Pro.json")["config"], "v2Pro", 732,
+                                       "s2v2Pro.json")
+    hubert = HubertConfig.from_dict(_real("gpt_sovits/real_chinese_hubert_base.json")["config"], "config.json")
+    with torch.device("meta"):
+        bundle = SimpleNamespace(t2s=Text2Semantic(t2s).to(dtype), sovits=SynthesizerTrn(sovits).to(dtype),
+                                 hubert=Hubert(hubert, masked_spec_embed=True).to(dtype), speaker=ERes2NetV2().to(dtype), dtype=dtype)
+    e = GPTSoVITSEngine(bundle, _manager())
+    return [(f"GPT-SoVITS v2Pro {h.name}", h) for h in e.handles]
+
+
 def indextts2(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     from mizuoto.nodes.common.bigvgan import BigVGAN, BigVGANConfig
     from mizuoto.nodes.common.campplus import CAMPPlus
@@ -227,7 +244,7 @@ OTHERS: list[Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = [transfor
 ENGINES: dict[str, Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = {
     "hibari": hibari, "fish_speech": fish_speech, "f5_tts": f5_tts,
     "cosyvoice": lambda d: cosyvoice(d, 2) + cosyvoice(d, 3), "qwen3_tts": qwen3_tts, "omnivoice": omnivoice,
-    "voxcpm": voxcpm, "indextts2": indextts2,
+    "voxcpm": voxcpm, "gpt_sovits": gpt_sovits, "indextts2": indextts2,
 }
 
 

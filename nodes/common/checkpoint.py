@@ -9,6 +9,7 @@ reading it, so a large checkpoint costs page cache, not a second copy in RAM.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -112,3 +113,61 @@ def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "
         high = MAX_COUNT if _COUNT_FIELD.search(key.lower()) else MAX_WIDTH
         if not low <= value <= high:
             raise CheckpointError(f"{engine}: {path}: {name} = {value}; expected an integer from {low} to {high}")
+
+
+# ---- pickles that hold one plain-data class besides tensors (GPT-SoVITS's s2G*.pth) --------------------------
+
+
+class PickledRecord:
+    """Stand-in for an upstream class whose instances carry only plain attributes (GPT-SoVITS's
+    `utils.HParams`). The weights-only unpickler creates it (NEWOBJ, no arguments) and hands it its
+    `__dict__` (BUILD); nothing of the upstream class is imported or run."""
+
+    def __setstate__(self, state: object) -> None:
+        if isinstance(state, tuple) and len(state) == 2 and state[1] is None:
+            state = state[0]
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise pickle.UnpicklingError(f"a pickled record holds {type(state).__name__}, expected attributes")
+        self.fields = dict(state)
+
+
+def plain(obj: Any) -> Any:
+    """`obj` with every PickledRecord replaced by a dict of its fields (recursively)."""
+    if isinstance(obj, PickledRecord):
+        return {k: plain(v) for k, v in obj.fields.items()}
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain(v) for v in obj)
+    return obj
+
+
+def load_pickle_with_records(path: str | os.PathLike, records: tuple[str, ...], *, header: bytes = b"PK") -> Any:
+    """A torch zip checkpoint unpickled with `weights_only=True`, the globals named in `records` (e.g.
+    "utils.HParams") allowed as PickledRecord stand-ins and every other non-tensor global refused.
+
+    `header`: the zip magic the file must start with. GPT-SoVITS overwrites a v2Pro/v3/v4 checkpoint's
+    first two bytes with a version code ("05", "06", ...); they are put back in memory, the file is not
+    touched. Returns plain data (records become dicts)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    data = bytearray(path.read_bytes())
+    if len(data) < 4:
+        raise CheckpointError(f"{path}: not a readable torch checkpoint (only {len(data)} bytes)")
+    if data[:2] != header[:2] and data[2:4] == b"\x03\x04":   # a zip local-file header behind a version code
+        data[:2] = header
+    allowed = [(PickledRecord, name) for name in records]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            obj = torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        text = " ".join(str(e).split())
+        detail = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
+        detail = detail.split("trusted source.", 1)[-1].split("Please use `torch.serialization", 1)[0].strip()
+        raise CheckpointError(f"{path}: not loaded: only tensors, plain containers and {', '.join(records)} "
+                              f"records are read (weights-only unpickler: {detail})") from None
+    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    return plain(obj)

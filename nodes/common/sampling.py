@@ -99,3 +99,24 @@ def ras_sample(logp: Tensor, decoded: list[int], generator: torch.Generator | No
         logp[token] = -float("inf")
         token = int(logp.softmax(dim=0).multinomial(1, replacement=True, generator=generator).item())
     return token
+
+
+# ---- the fish-speech / GPT-SoVITS family (`logits_to_probs` + `multinomial_sample_one_no_sync`) -----------
+
+
+def top_p_descending(scores: Tensor, top_p: float) -> Tensor:
+    """Nucleus filtering as fish-speech and GPT-SoVITS write it: sort descending, remove the tokens whose
+    cumulative probability exceeds `top_p`, always keep the first. Off at top_p >= 1."""
+    if top_p >= 1.0:
+        return scores
+    sorted_logits, sorted_idx = torch.sort(scores, descending=True)
+    remove = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1) > top_p
+    remove[..., 0] = False
+    return scores.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
+
+
+def exponential_draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """argmax(probs / Exp(1) noise): a draw from `probs` without a device sync (upstream's
+    `multinomial_sample_one_no_sync`), the noise from `generator`. Index tensor over the last dim."""
+    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    return torch.argmax(probs / q, dim=-1)

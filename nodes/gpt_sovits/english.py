@@ -1,0 +1,205 @@
+"""GPT-SoVITS's English front end (upstream `text/english.py` + `en_normalization/expend.py` + `cleaner.py`),
+the part that needs no data download: text -> ARPAbet phones -> symbol ids.
+
+The lexicon is upstream's own: `cmudict.rep` (from line 57), `cmudict-fast.rep` (words the first lacks)
+and `engdict-hot.rep` (overrides), read as `read_dict_new` + `hot_reload_hot` read them, from the
+`text/` folder of a GPT-SoVITS checkout (every install has them; put them in
+`models/TTS/gpt_sovits/pretrained_models/text/`). Nothing is downloaded.
+
+Where upstream asks NLTK's part-of-speech tagger (g2p_en's homographs such as "read", "live", "resume") or
+`wordsegment` + g2p_en's neural predictor (words longer than three letters that are neither in the lexicon
+nor a possessive), this front end cannot follow it: homographs take the lexicon's pronunciation, compounds
+are split at their hyphens / apostrophes only, and other unknown words are spelled letter by letter. Numbers: cardinals and upstream's year
+readings (1001-2999); currency, times, measurements, ordinals, decimals and fractions are not expanded.
+"""
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from functools import lru_cache
+from pathlib import Path
+
+CMU_FILES = ("cmudict.rep", "cmudict-fast.rep", "engdict-hot.rep")
+# Upstream escapes these keys before joining them into one pattern: the first two are literal strings (a
+# ";" alone is not turned into ","; the character filter below drops it).
+REP_MAP = {"[;:：，；]": ",", '["’]': "'", "。": ".", "！": "!", "？": "?"}
+PUNCTUATION = ["!", "?", "…", ",", ".", "-"]
+DROPPED = (" ", "<pad>", "UW", "</s>", "<s>")           # upstream's g2p() filter (yes, unstressed "UW" too)
+REMOVED_ABBREVIATIONS = ("ae", "ai", "ar", "ios", "hud", "os")
+
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_SCALES = ["", "thousand", "million", "billion", "trillion"]
+
+
+@lru_cache(maxsize=1)
+def symbols() -> dict[str, int]:
+    """The v2 symbol table (text/symbols2.py `symbols`, 732 entries) -> id."""
+    table = json.loads((Path(__file__).parent / "symbols_v2.json").read_text(encoding="utf-8"))
+    return {s: i for i, s in enumerate(table)}
+
+
+def read_lexicon(folder: Path) -> dict[str, list[str]]:
+    """upstream's get_dict(): cmudict.rep from line 57 ("WORD  PH PH"), cmudict-fast.rep for missing words,
+    engdict-hot.rep overriding; keys lower-cased; the first pronunciation only (all upstream reads)."""
+    paths = [folder / name for name in CMU_FILES]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"GPT-SoVITS English needs upstream's lexicon files {missing} (GPT_SoVITS/text/ of a "
+                                f"GPT-SoVITS checkout)")
+    lexicon: dict[str, list[str]] = {}
+    with open(paths[0], encoding="utf-8", errors="replace") as f:
+        for index, line in enumerate(f, start=1):
+            if index >= 57:
+                parts = line.strip().split("  ")
+                if len(parts) >= 2:
+                    lexicon[parts[0].lower()] = parts[1].split(" ")
+    for path, override in ((paths[1], False), (paths[2], True)):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.strip().split(" ")
+                if parts and parts[0] and (override or parts[0].lower() not in lexicon):
+                    lexicon[parts[0].lower()] = parts[1:]
+    for word in REMOVED_ABBREVIATIONS:
+        lexicon.pop(word, None)
+    return lexicon
+
+
+def _below_thousand(n: int) -> str:
+    words = []
+    if n >= 100:
+        words.append(f"{_ONES[n // 100]} hundred")
+        n %= 100
+    if n >= 20:
+        words.append(_TENS[n // 10] + (f"-{_ONES[n % 10]}" if n % 10 else ""))
+    elif n or not words:
+        words.append(_ONES[n])
+    return " ".join(words)
+
+
+def cardinal(n: int) -> str:
+    """inflect's number_to_words(n, andword="") for non-negative integers below 10^15."""
+    if n == 0:
+        return "zero"
+    groups, scale = [], 0
+    while n:
+        n, chunk = divmod(n, 1000)
+        if chunk:
+            groups.append(_below_thousand(chunk) + (f" {_SCALES[scale]}" if scale else ""))
+        scale += 1
+    return ", ".join(reversed(groups))
+
+
+def _pair(n: int) -> str:
+    """inflect's group=2 reading of a two-digit group, zero as "oh"."""
+    if n < 10:
+        return f"oh {_ONES[n]}" if n else "oh oh"
+    return _below_thousand(n)
+
+
+def expand_number(m: re.Match) -> str:
+    num = int(m.group(0))
+    if 1000 < num < 3000:
+        if num == 2000:
+            return "two thousand"
+        if 2000 < num < 2010:
+            return "two thousand " + cardinal(num % 100)
+        if num % 100 == 0:
+            return cardinal(num // 100) + " hundred"
+        return f"{_pair(num // 100)} {_pair(num % 100)}"
+    if num >= 10 ** 15:
+        raise ValueError(f"GPT-SoVITS English: the number {m.group(0)} is too long to read")
+    return cardinal(num)
+
+
+def text_normalize(text: str) -> str:
+    """english.text_normalize: the punctuation map, expend.normalize's number / accent / character rules,
+    repeated punctuation collapsed."""
+    for literal, rep in REP_MAP.items():
+        text = text.replace(literal, rep)
+    text = re.sub(r"([0-9][0-9\,]+[0-9])", lambda m: m.group(1).replace(",", ""), text)
+    text = re.sub(r"[0-9]+", expand_number, text)
+    text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+    text = re.sub("%", " percent", text)
+    text = re.sub(r"[^ A-Za-z'.,?!\-]", "", text)
+    text = re.sub(r"(?i)i\.e\.", "that is", text)
+    text = re.sub(r"(?i)e\.g\.", "for example", text)
+    text = re.sub(r"(?<!^)(?<![\s])([A-Z])", r" \1", text)
+    punct = "".join(re.escape(p) for p in PUNCTUATION)
+    return re.sub(f"([{punct}\\s])([{punct}])+", r"\1", text)
+
+
+# NLTK's TweetTokenizer on normalised text (letters, spaces, ' . , ? ! -): words with inner ' or -, ellipses,
+# single characters.
+_TOKEN = re.compile(r"[A-Za-z](?:[A-Za-z]|['\-_])+[A-Za-z]|[A-Za-z_]+|\.(?:\s*\.){1,}|\S")
+
+
+def _spell(word: str, lexicon: dict[str, list[str]]) -> list[str]:
+    phones: list[str] = []
+    for w in word:
+        if w == "a":
+            phones.append("EY1")
+        elif not w.isalpha():
+            phones.append(w)
+        else:
+            phones.extend(lexicon[w])
+    return phones
+
+
+def query(o_word: str, lexicon: dict[str, list[str]]) -> list[str]:
+    """en_G2p.qryword without the name dictionary, wordsegment and the neural predictor (see above)."""
+    word = o_word.lower()
+    if len(word) > 1 and word in lexicon:
+        return list(lexicon[word])
+    if len(word) <= 3:
+        return _spell(word, lexicon)
+    if re.match(r"^([a-z]+)('s)$", word):
+        phones = query(word[:-2], lexicon)
+        if phones[-1] in ("P", "T", "K", "F", "TH", "HH"):
+            return phones + ["S"]
+        if phones[-1] in ("S", "Z", "SH", "ZH", "CH", "JH"):
+            return phones + ["AH0", "Z"]
+        return phones + ["Z"]
+    parts = [p for p in re.split(r"[^a-z]+", word) if p]
+    if len(parts) > 1:            # wordsegment's split of a compound such as "eighty-four", on its separators
+        return [ph for part in parts for ph in query(part, lexicon)]
+    return _spell(word, lexicon)
+
+
+def g2p(text: str, lexicon: dict[str, list[str]]) -> list[str]:
+    prons: list[str] = []
+    for o_word in _TOKEN.findall(text):
+        word = o_word.lower()
+        if re.search("[a-z]", word) is None:
+            pron = [word]
+        elif len(word) == 1:
+            pron = ["EY1"] if o_word == "A" else list(lexicon[word])
+        else:
+            pron = query(o_word, lexicon)
+        prons.extend(pron)
+        prons.append(" ")
+    phones = [p if p != "<unk>" else "UNK" for p in prons[:-1] if p not in DROPPED]
+    table = symbols()
+    return [p if p in table else "-" for p in phones if p in table or p == "'"]
+
+
+def clean_text(text: str, lexicon: dict[str, list[str]]) -> tuple[list[str], str]:
+    """cleaner.clean_text for "en": (phones, normalised text); fewer than 4 phones get a leading ","."""
+    norm = text_normalize(text)
+    phones = g2p(norm, lexicon)
+    if len(phones) < 4:
+        phones = [","] + phones
+    table = symbols()
+    return ["UNK" if p not in table else p for p in phones], norm
+
+
+def phone_ids(text: str, lexicon: dict[str, list[str]]) -> tuple[list[int], str]:
+    """TextPreprocessor.get_phones_and_bert for "en": ids (BERT features are zeros for English), retried
+    with a leading "." when fewer than 6 phones come out."""
+    phones, norm = clean_text(text, lexicon)
+    if len(phones) < 6:
+        phones, norm = clean_text("." + text, lexicon)
+    table = symbols()
+    return [table[p] for p in phones], norm

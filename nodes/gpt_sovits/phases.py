@@ -1,0 +1,227 @@
+"""GPT-SoVITS (v2, v2Pro, v2ProPlus) on the runtime, as TTS_infer_pack/TTS.py runs it.
+
+    engine = GPTSoVITSEngine(load_gpt_sovits(folder), manager, device="cuda")
+
+Phases per chunk:
+- "reference" (oneshot, once per request): chinese-hubert on the reference at 16 kHz plus upstream's
+  0.3 x 32000 zero samples -> SoVITS `extract_latent` -> the prompt's semantic tokens; for v2Pro the
+  ERes2NetV2 speaker embedding of the reference at 16 kHz; the reference's linear spectrogram (CPU);
+- "t2s" (sequence): reference transcript + chunk phones with their BERT features (zeros for English),
+  the prompt tokens, then the autoregressive decode (upstream's sampling order, EOS rules, limits);
+- "sovits" (oneshot): style vector from the reference spectrogram (+ speaker embedding), the decoder on
+  the new tokens and the chunk's phones (not the transcript's), prior noise x 0.5 from the request's
+  generator, speed by interpolating the encoder output; then peak-normalised if above 1 and followed by
+  upstream's 0.3 s fragment interval.
+The reference is resampled by the pipeline to 32 kHz with torchaudio's sinc (as upstream reads it for the
+spectrogram); the 16 kHz copies are made here (soxr HQ for HuBERT, as librosa.load; sinc for the speaker
+model, as upstream). Text is English only (english.py); the reference transcript must be English too.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...runtime import ModelHandle, ModelManager, RequestContext
+from ...runtime.lm.cache import make_cache, peak_bytes
+from ..common.audio import resample
+from ..common.engine import Capabilities, Chunk, Engine
+from ..common.sampling import check_sampling
+from . import english
+from .loader import GPTSoVITS
+from .sovits import linear_spectrogram
+from .speaker import fbank
+from .t2s import HZ, MAX_TOKENS, T2SSampling, generate
+
+SAMPLE_RATE = 32000
+SPLITS = set("，。？！,.?!~:：—…")
+FRAGMENT_INTERVAL = 0.3
+MB = 1 << 20
+
+
+class GPTSoVITSEngine(Engine):
+    engine_id = "gpt_sovits"
+    capabilities = Capabilities(
+        sample_rate=SAMPLE_RATE, languages=("en",), cloning="required", transcript="required",
+        speed=(0.6, 1.65),                  # upstream's WebUI slider
+        max_chunk_chars=200, reference_seconds=(3.0, 10.0),   # upstream refuses references outside 3-10 s
+        reference_rate=SAMPLE_RATE, resampler="torchaudio_sinc")
+    PHASED = True
+    options = {"top_k": int, "top_p": float, "temperature": float, "repetition_penalty": float}
+
+    def __init__(self, bundle: GPTSoVITS, manager: ModelManager, device: torch.device | str = "cpu",
+                 name: str | None = None, min_unit_bytes: int | None = None, lexicon: dict | None = None) -> None:
+        self.bundle = bundle
+        self.lexicon = lexicon
+        unit = {"min_unit_bytes": min_unit_bytes}
+        self.t2s = ModelHandle(bundle.t2s, name="t2s", kind="sequence", **unit)
+        self.sovits = ModelHandle(bundle.sovits, name="sovits", kind="oneshot", **unit)
+        self.sovits.mark(bundle.sovits.quantizer, "fixed")     # extract_latent reads the codebook in `encode`
+        self.hubert = ModelHandle(bundle.hubert, name="hubert", kind="oneshot", **unit)
+        handles = [self.t2s, self.sovits, self.hubert]
+        self.speaker = None
+        if bundle.speaker is not None:
+            self.speaker = ModelHandle(bundle.speaker, name="speaker", kind="oneshot", **unit)
+            handles.append(self.speaker)
+        super().__init__(manager, handles, device, name)
+
+    # ---- estimates (from the request) ---------------------------------------------------------------------
+    def size(self) -> int:
+        return torch.empty((), dtype=self.bundle.dtype).element_size()
+
+    def reference_memory(self, samples16k: int) -> int:
+        """HuBERT over the reference (the conv stack's first maps at 16 kHz / 5, the transformer's widest
+        activations, the attention scores), the speaker model's feature maps (channels x 80 bins x frames),
+        the prompt's projection and quantizer distances."""
+        size = self.size()
+        h = self.bundle.hubert.config
+        frames = self.bundle.hubert.frames(samples16k)
+        conv = samples16k // 5 * max(h.conv_dim) * size * 3
+        body = frames * (6 * h.hidden_size + 2 * h.intermediate_size) * size
+        scores = h.num_attention_heads * frames * frames * size * 2
+        latent = frames * (2 * 768 + 2 * 1024) * size
+        sv = 0
+        if self.bundle.speaker is not None:
+            m = self.bundle.speaker.conv1.out_channels
+            sv = (samples16k // 160 + 1) * 80 * m * size * 12
+        return conv + body + scores + latent + sv + MB
+
+    def t2s_memory(self, text_ids: int, prompt: int, tokens: int) -> int:
+        c = self.bundle.t2s.cfg
+        size = self.size()
+        positions = text_ids + prompt + tokens
+        cache = peak_bytes(2 * c.hidden_dim * size, c.layers, positions)
+        prefill = (text_ids + prompt) * (8 * c.hidden_dim * size) + c.heads * (text_ids + prompt) ** 2 * 4
+        return cache + prefill + 1024 * c.hidden_dim * 4 + MB
+
+    def sovits_memory(self, tokens: int, phones: int, spec_frames: int, speed: float) -> int:
+        s = self.bundle.sovits.cfg
+        size = self.size()
+        frames = int(2 * tokens / speed) + 2
+        enc = frames * (s.hidden_channels * 8 + 512 * 6 + s.filter_channels * 2) * size
+        attn = (s.n_heads * frames * frames + 4 * frames * phones) * size * 3
+        style = spec_frames * (s.spec_channels + 128 * 6) * 4
+        samples = frames * s.samples_per_token // 2
+        dec = samples * (s.upsample_initial_channel // 2 ** len(s.upsample_rates)) * 2 * 6 * size
+        up = 0
+        length = frames
+        for i, rate in enumerate(s.upsample_rates):
+            length *= rate
+            up = max(up, length * (s.upsample_initial_channel // 2 ** (i + 1)) * 5 * size)
+        flow = frames * s.hidden_channels * 12 * size
+        return enc + attn + style + dec + up + flow + samples * 4 * 2 + MB
+
+    # ---- text ---------------------------------------------------------------------------------------------
+    def lexicon_for(self) -> dict:
+        if self.lexicon is None:
+            self.lexicon = english.read_lexicon(self.bundle.text_dir)
+        return self.lexicon
+
+    def text_ids(self, text: str, language: str) -> list[int]:
+        if language not in ("en", "auto"):
+            raise ValueError(f"GPT-SoVITS: language {language!r}: this engine reads English only")
+        ids, _ = english.phone_ids(text, self.lexicon_for())
+        return ids
+
+    # ---- the phases ---------------------------------------------------------------------------------------
+    def prompt(self, ctx: RequestContext, chunk: Chunk) -> dict[str, Any]:
+        cached = chunk.cache.get("gpt_sovits_prompt")
+        if cached is not None:
+            return cached
+        ref = chunk.reference
+        if ref is None or not chunk.reference_text or not chunk.reference_text.strip():
+            raise ValueError("GPT-SoVITS clones a voice: give reference audio and its transcript")
+        if ref.sample_rate != SAMPLE_RATE:
+            raise ValueError(f"reference: {ref.sample_rate} Hz; the engine expects {SAMPLE_RATE} Hz (the pipeline resamples)")
+        wav32 = ref.wav.float()[None]
+        peak = wav32.abs().max()
+        if peak > 1:
+            wav32 = wav32 / min(2, float(peak))
+        spec = linear_spectrogram(wav32, 2048, 640, 2048)
+        hub16 = resample(ref.wav.float(), SAMPLE_RATE, 16000, "soxr_hq")
+        if not 48000 <= hub16.numel() <= 160000:
+            raise ValueError("reference audio: GPT-SoVITS needs 3 to 10 seconds")
+        hub16 = torch.cat([hub16, torch.zeros(int(SAMPLE_RATE * 0.3))])
+        sv16 = resample(wav32[0], SAMPLE_RATE, 16000, "torchaudio_sinc") if self.speaker is not None else None
+        handles = [self.hubert, self.sovits] + ([self.speaker] if self.speaker is not None else [])
+
+        def run() -> tuple[Tensor, Tensor | None]:
+            with torch.inference_mode():
+                dev, dt = self.hubert.device, self.bundle.dtype
+                feats = self.bundle.hubert(hub16[None].to(dev, dt))[-1]
+                tokens = self.bundle.sovits.extract_latent(feats.transpose(1, 2))[0].cpu()
+                emb = None
+                if sv16 is not None:
+                    emb = self.bundle.speaker(fbank(sv16)[None].to(self.speaker.device, dt)).float().cpu()
+                return tokens, emb
+
+        tokens, emb = ctx.run("reference", handles, run, memory=self.reference_memory(hub16.numel()))
+        text = chunk.reference_text.strip("\n")
+        if text[-1] not in SPLITS:
+            text += "."
+        prompt = {"tokens": tokens, "sv": emb, "spec": spec, "ids": self.text_ids(text, chunk.language)}
+        chunk.cache["gpt_sovits_prompt"] = prompt
+        return prompt
+
+    def sampling(self, chunk: Chunk) -> T2SSampling:
+        o = chunk.options
+        s = T2SSampling(top_k=int(o.get("top_k", 15)), top_p=float(o.get("top_p", 1.0)),
+                        temperature=float(o.get("temperature", 1.0)),
+                        repetition_penalty=float(o.get("repetition_penalty", 1.35)))
+        check_sampling(s.temperature, s.top_k, s.top_p)
+        if s.top_k < 1:
+            raise ValueError("top_k: GPT-SoVITS samples from at least one token (top_k >= 1)")
+        if not s.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty: expected > 0, got {s.repetition_penalty}")
+        return s
+
+    def chunk_text(self, chunk: Chunk) -> str:
+        """TextPreprocessor.pre_seg_text for one segment: a leading "." for a short first segment, a final "."."""
+        text = chunk.text.strip("\n")
+        first = re.split("[" + "".join(re.escape(c) for c in SPLITS) + "]", text)[0].strip()
+        if chunk.index == 0 and text[0] not in SPLITS and len(first) < 4:
+            text = "." + text
+        if text[-1] not in SPLITS:
+            text += "."
+        return text
+
+    def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        p = self.prompt(ctx, chunk)
+        ids = self.text_ids(self.chunk_text(chunk), chunk.language)
+        all_ids = torch.tensor([p["ids"] + ids], dtype=torch.long)
+        bert = torch.zeros(1, 1024, all_ids.shape[1])        # English: upstream's BERT features are zeros
+        prompt = p["tokens"][None]
+        s = self.sampling(chunk)
+        c = self.bundle.t2s.cfg
+        expected = min(MAX_TOKENS, HZ * c.max_sec, max(16, 4 * len(ids)))
+
+        def decode() -> Tensor:
+            with torch.inference_mode():
+                dev, dt = self.t2s.device, self.bundle.dtype
+                return generate(self.bundle.t2s, all_ids.to(dev), bert.to(dev, dt), prompt.to(dev), s, ctx.generator,
+                                make_cache(), check=ctx.check_cancelled, progress=chunk.progress)
+
+        tokens = ctx.run("t2s", [self.t2s], decode,
+                         memory=self.t2s_memory(all_ids.shape[1], prompt.shape[1], expected))
+        if tokens.numel() == 0:
+            tokens = torch.zeros(1, dtype=torch.long)         # upstream's "bad zero prediction" fallback
+
+        phones = torch.tensor([ids], dtype=torch.long)
+
+        def synth() -> Tensor:
+            with torch.inference_mode():
+                dev, dt = self.sovits.device, self.bundle.dtype
+                model = self.bundle.sovits
+                sv = None if p["sv"] is None else p["sv"].to(dev, dt)
+                ge = model.style(p["spec"].to(dev, dt), sv)
+                wav = model(tokens[None].to(dev), phones.to(dev), ge, speed=chunk.speed, generator=ctx.generator)
+                return wav.float().cpu()[0, 0]
+
+        wav = ctx.run("sovits", [self.sovits], synth,
+                      memory=self.sovits_memory(tokens.numel(), len(ids), p["spec"].shape[-1], chunk.speed))
+        peak = wav.abs().max()
+        if peak > 1:
+            wav = wav / peak
+        return torch.cat([wav, torch.zeros(int(SAMPLE_RATE * FRAGMENT_INTERVAL))])

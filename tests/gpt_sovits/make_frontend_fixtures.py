@@ -1,0 +1,80 @@
+"""Record upstream's English front end on test sentences (reference venv + the repository; see README.md).
+
+    /work/venv-gpt-sovits/bin/python tests/gpt_sovits/make_frontend_fixtures.py
+
+Runs upstream's `text.cleaner.clean_text(text, "en", "v2")` + `cleaned_text_to_sequence` (with
+TextPreprocessor's "fewer than 6 phones: retry with a leading '.'" rule) on its own lexicon files. NLTK's
+data (tagger, cmudict corpus) cannot be downloaded here: `nltk.download` is a no-op, `pos_tag` tags every
+word "NN" and g2p_en's corpus lexicon is empty (upstream replaces it with its own files anyway), so the
+sentences avoid homographs and names. Asserts our english.py gives the same symbols, then writes
+fixtures/english.json: the cases and the lexicon entries they use (the default suite rebuilds a lexicon
+from those in upstream's file formats).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import make_fixtures_env  # noqa: E402,F401
+from make_fixtures_env import REPO  # noqa: E402
+import nltk  # noqa: E402
+
+nltk.download = lambda *a, **k: False
+nltk.pos_tag = lambda words, *a, **k: [(w, "NN") for w in words]
+import g2p_en.g2p  # noqa: E402
+
+g2p_en.g2p.cmudict = types.SimpleNamespace(dict=lambda: {})
+from text import cleaned_text_to_sequence  # noqa: E402
+from text.cleaner import clean_text  # noqa: E402
+from text.symbols2 import symbols  # noqa: E402
+
+from mizuoto.nodes.gpt_sovits import english  # noqa: E402
+
+CASES = [
+    "Hello world.",
+    "The quick brown fox jumps over the lazy dog!",
+    "I can't believe it's already nineteen eighty-four?",
+    "In 1984, there were 21 cats and 3,500 dogs.",
+    "She sold 2005 apples in 1900, and 1999 pears.",
+    "We need 100% of 7 things; that's all.",
+    "Wait... what?! No way — really.",
+    "The cat's toys and the dog's bowl.",
+    "e.g. this, i.e. that.",
+    "Hi.",
+    "NASA and the FBI met at 10.",
+    "Café naïve résumé.",
+    "Zyx qwv abc.",
+    "Blorptastic frumbles!",
+]
+
+
+def upstream(text: str) -> tuple[list[str], str]:
+    phones, _, norm = clean_text(text, "en", "v2")
+    if len(phones) < 6:
+        phones, _, norm = clean_text("." + text, "en", "v2")
+    return [symbols[i] for i in cleaned_text_to_sequence(phones, "v2")], norm
+
+
+lexicon = english.read_lexicon(REPO / "GPT_SoVITS" / "text")
+table = {i: s for s, i in english.symbols().items()}
+cases, used = {}, set()
+for text in CASES:
+    want, norm = upstream(text)
+    ids, mine_norm = english.phone_ids(text, lexicon)
+    got = [table[i] for i in ids]
+    status = "equal" if (got, mine_norm) == (want, norm) else "DIFFERENT"
+    print(f"{status}: {text!r}\n  upstream {want}\n  ours     {got}")
+    cases[text] = {"phones": want, "norm": norm, "equal": status == "equal"}
+    for word in english._TOKEN.findall(norm) + list("abcdefghijklmnopqrstuvwxyz"):
+        for w in [word.lower(), word.lower()[:-2]] + re.split(r"[^a-z]+", word.lower()):
+            if w in lexicon:
+                used.add(w)
+assert english.symbols() == {s: i for i, s in enumerate(symbols)}, "symbols_v2.json differs from text/symbols2.py"
+(HERE / "fixtures" / "english.json").write_text(json.dumps(
+    {"cases": cases, "lexicon": {w: lexicon[w] for w in sorted(used)}}, indent=0, ensure_ascii=False))
+print(sum(c["equal"] for c in cases.values()), "of", len(cases), "equal")
