@@ -14,16 +14,11 @@ features of a reference recording.
 from __future__ import annotations
 
 import json
-import math
 import re
 import unicodedata
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor
 
-from ..common.mel import log_mel, mel_filters
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -149,63 +144,3 @@ def only_punctuation(text: str) -> bool:
     return all(unicodedata.category(c)[0] in "PSZ" for c in text)
 
 
-# ---- features --------------------------------------------------------------------------------------------------
-
-
-def slaney_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> Tensor:
-    """librosa.filters.mel (Slaney scale and norm, float32), as Whisper's asset and Matcha compute it."""
-    return torch.from_numpy(mel_filters(sr, n_fft, n_mels, fmin, fmax))
-
-
-def whisper_log_mel(audio: Tensor, n_mels: int = 128) -> Tensor:
-    """Whisper's log_mel_spectrogram of 16 kHz audio [T] -> [n_mels, frames]."""
-    window = torch.hann_window(400, device=audio.device)
-    stft = torch.stft(audio, 400, 160, window=window, return_complex=True)
-    magnitudes = stft[..., :-1].abs() ** 2
-    mel = slaney_filters(16000, 400, n_mels).to(audio.device) @ magnitudes
-    log_spec = torch.clamp(mel, min=1e-10).log10()
-    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
-    return (log_spec + 4.0) / 4.0
-
-
-def kaldi_fbank(wav: Tensor, num_mel_bins: int = 80, sample_frequency: float = 16000.0) -> Tensor:
-    """torchaudio.compliance.kaldi.fbank(wav[None], num_mel_bins, dither=0) with its defaults (25/10 ms
-    povey frames, DC removal, pre-emphasis 0.97, power spectrum, 20 Hz..Nyquist, log) -> [frames, bins]."""
-    eps = torch.tensor(torch.finfo(torch.float).eps, dtype=wav.dtype, device=wav.device)
-    size, shift = int(sample_frequency * 0.025), int(sample_frequency * 0.010)
-    padded = 1 if size == 0 else 2 ** (size - 1).bit_length()
-    n = wav.numel()
-    if n < size:
-        return torch.empty(0, num_mel_bins, dtype=wav.dtype, device=wav.device)
-    frames = wav.as_strided((1 + (n - size) // shift, size), (shift * wav.stride(0), wav.stride(0)))
-    frames = frames - torch.mean(frames, dim=1).unsqueeze(1)
-    offset = F.pad(frames.unsqueeze(0), (1, 0), mode="replicate").squeeze(0)
-    frames = frames - 0.97 * offset[:, :-1]
-    window = torch.hann_window(size, periodic=False, device=wav.device, dtype=wav.dtype).pow(0.85).unsqueeze(0)
-    frames = F.pad((frames * window).unsqueeze(0), (0, padded - size), mode="constant", value=0).squeeze(0)
-    spectrum = torch.fft.rfft(frames).abs().pow(2.0)
-    banks = _kaldi_mel_banks(num_mel_bins, padded, sample_frequency).to(device=wav.device, dtype=wav.dtype)
-    banks = F.pad(banks, (0, 1), mode="constant", value=0)
-    return torch.max(torch.mm(spectrum, banks.T), eps).log()
-
-
-def _kaldi_mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: float = 20.0) -> Tensor:
-    num_fft_bins = padded / 2
-    high_freq = 0.5 * sample_freq
-    fft_bin_width = sample_freq / padded
-    mel_low = 1127.0 * math.log(1.0 + low_freq / 700.0)
-    mel_high = 1127.0 * math.log(1.0 + high_freq / 700.0)
-    delta = (mel_high - mel_low) / (num_bins + 1)
-    b = torch.arange(num_bins).unsqueeze(1)
-    left, center, right = mel_low + b * delta, mel_low + (b + 1.0) * delta, mel_low + (b + 2.0) * delta
-    mel = (1127.0 * (1.0 + fft_bin_width * torch.arange(num_fft_bins) / 700.0).log()).unsqueeze(0)
-    up = (mel - left) / (center - left)
-    down = (right - mel) / (right - center)
-    return torch.max(torch.zeros(1), torch.min(up, down))
-
-
-def matcha_mel(wav: Tensor, n_fft: int = 1920, num_mels: int = 80, sampling_rate: int = 24000, hop_size: int = 480,
-               win_size: int = 1920, fmin: float = 0.0, fmax: float | None = 8000.0) -> Tensor:
-    """Matcha-TTS mel_spectrogram (center=False) of audio [T] -> log-mel [num_mels, frames] (the shared recipe)."""
-    basis = slaney_filters(sampling_rate, n_fft, num_mels, fmin, fmax)
-    return log_mel(wav, basis, n_fft, hop_size, win_size, pad=int((n_fft - hop_size) / 2))[0]

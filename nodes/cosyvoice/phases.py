@@ -33,8 +33,8 @@ from ...runtime.lm.cache import peak_bytes
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.transformer import kv_position_bytes
-from .frontend import (ENDOFPROMPT, V3_SYSTEM, TextTokenizer, kaldi_fbank, matcha_mel, normalize_text,
-                       only_punctuation, whisper_log_mel)
+from ..common.mel import kaldi_fbank, matcha_mel, whisper_log_mel
+from .frontend import ENDOFPROMPT, V3_SYSTEM, TextTokenizer, normalize_text, only_punctuation
 from .loader import QWEN_DIR, CosyVoiceBundle
 from ..common.sampling import ras_sample
 

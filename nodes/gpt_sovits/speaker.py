@@ -16,52 +16,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..common.mel import kaldi_fbank
+
 SAMPLE_RATE = 16000
-_EPS = torch.finfo(torch.float).eps
-
-
-def _mel_scale(freq: Tensor | float) -> Tensor | float:
-    if isinstance(freq, Tensor):
-        return 1127.0 * (1.0 + freq / 700.0).log()
-    return 1127.0 * math.log(1.0 + freq / 700.0)
-
-
-def mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: float = 20.0,
-              high_freq: float = 0.0) -> Tensor:
-    """Kaldi's triangular mel bins [num_bins, padded // 2] (no VTLN warp)."""
-    nyquist = 0.5 * sample_freq
-    if high_freq <= 0.0:
-        high_freq += nyquist
-    fft_bin_width = sample_freq / padded
-    mel_low, mel_high = _mel_scale(low_freq), _mel_scale(high_freq)
-    delta = (mel_high - mel_low) / (num_bins + 1)
-    b = torch.arange(num_bins).unsqueeze(1)
-    left, center, right = mel_low + b * delta, mel_low + (b + 1.0) * delta, mel_low + (b + 2.0) * delta
-    mel = _mel_scale(fft_bin_width * torch.arange(padded / 2)).unsqueeze(0)
-    up = (mel - left) / (center - left)
-    down = (right - mel) / (right - center)
-    return torch.max(torch.zeros(1), torch.min(up, down))
 
 
 def fbank(wav: Tensor, num_mel_bins: int = 80, sample_frequency: float = SAMPLE_RATE) -> Tensor:
-    """Log mel filterbank [frames, num_mel_bins] of a mono waveform [n] (25 ms frames, 10 ms shift, snip edges)."""
-    dtype = wav.dtype
-    shift, size = int(sample_frequency * 0.010), int(sample_frequency * 0.025)
-    padded = 1 if size == 0 else 2 ** (size - 1).bit_length()
+    """Log mel filterbank [frames, num_mel_bins] of a mono waveform [n] (upstream's copy of torchaudio's
+    kaldi.fbank: the shared `kaldi_fbank`); a reference shorter than one frame is an error here."""
+    size = int(sample_frequency * 0.025)
     if wav.numel() < size:
         raise ValueError(f"speaker embedding: the reference is shorter than one {size}-sample frame")
-    frames = 1 + (wav.numel() - size) // shift
-    x = wav.contiguous().as_strided((frames, size), (shift * wav.stride(0), wav.stride(0)))
-    x = x - torch.mean(x, dim=1).unsqueeze(1)
-    prev = F.pad(x.unsqueeze(0), (1, 0), mode="replicate").squeeze(0)
-    x = x - 0.97 * prev[:, :-1]
-    window = torch.hann_window(size, periodic=False, device=wav.device, dtype=dtype).pow(0.85).unsqueeze(0)
-    x = F.pad((x * window).unsqueeze(0), (0, padded - size), mode="constant", value=0).squeeze(0)
-    spectrum = torch.fft.rfft(x).abs().pow(2.0)
-    banks = mel_banks(num_mel_bins, padded, sample_frequency).to(device=wav.device, dtype=dtype)
-    banks = F.pad(banks, (0, 1), mode="constant", value=0)
-    energies = torch.mm(spectrum, banks.T)
-    return torch.max(energies, torch.tensor(_EPS, device=wav.device, dtype=dtype)).log()
+    return kaldi_fbank(wav, num_mel_bins, sample_frequency)
 
 
 class ReLU20(nn.Hardtanh):

@@ -40,7 +40,7 @@ from ..common.audio import check_rate, check_samples, resample, to_mono
 from ..common.decode import frames_estimate
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.w2v_bert import seamless_features
-from ..cosyvoice.frontend import kaldi_fbank, matcha_mel
+from ..common.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
 from .generate import Sampling, generate_codes
 from .loader import IndexTTS2Bundle

@@ -7,8 +7,8 @@ import torch
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
-from mizuoto.nodes.cosyvoice.frontend import (TextTokenizer, kaldi_fbank, matcha_mel, normalize_text,
-                                              whisper_log_mel)
+from mizuoto.nodes.common.mel import kaldi_fbank, matcha_mel, whisper_log_mel
+from mizuoto.nodes.cosyvoice.frontend import TextTokenizer, normalize_text
 
 from cosyvoice.tiny import FIXTURES, TOKENIZER_TEXTS, write_tokenizer
 
