@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..common.conformer import FeedForward, RelPositionAttention
 from ..common.flow import guided, mix, solve
 
 NOISE_FRAMES = 15000   # upstream's rand_noise buffer: 50 * 300 frames
@@ -130,49 +131,6 @@ class LinearEmbed(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         x = self.out(x) * math.sqrt(self.odim)
         return x, rel_positions(x.shape[1], self.odim, x.dtype, x.device)
-
-
-class RelPositionAttention(nn.Module):
-    def __init__(self, heads: int, dim: int) -> None:
-        super().__init__()
-        self.h, self.d_k = heads, dim // heads
-        self.linear_q = nn.Linear(dim, dim)
-        self.linear_k = nn.Linear(dim, dim)
-        self.linear_v = nn.Linear(dim, dim)
-        self.linear_out = nn.Linear(dim, dim)
-        self.linear_pos = nn.Linear(dim, dim, bias=False)
-        self.pos_bias_u = nn.Parameter(torch.empty(heads, self.d_k))
-        self.pos_bias_v = nn.Parameter(torch.empty(heads, self.d_k))
-
-    @staticmethod
-    def rel_shift(x: Tensor) -> Tensor:
-        pad = torch.zeros((x.size(0), x.size(1), x.size(2), 1), device=x.device, dtype=x.dtype)
-        padded = torch.cat([pad, x], dim=-1).view(x.size(0), x.size(1), x.size(3) + 1, x.size(2))
-        return padded[:, :, 1:].view_as(x)[:, :, :, : x.size(-1) // 2 + 1]
-
-    def forward(self, x: Tensor, pos_emb: Tensor) -> Tensor:
-        b = x.size(0)
-        q = self.linear_q(x).view(b, -1, self.h, self.d_k)
-        k = self.linear_k(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
-        v = self.linear_v(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
-        p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k).transpose(1, 2)
-        ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
-        bd = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))
-        if ac.shape != bd.shape:
-            bd = self.rel_shift(bd)
-        attn = torch.softmax((ac + bd) / math.sqrt(self.d_k), dim=-1)
-        y = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k)
-        return self.linear_out(y)
-
-
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.w_1 = nn.Linear(dim, hidden)
-        self.w_2 = nn.Linear(hidden, dim)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(F.silu(self.w_1(x)))
 
 
 class ConformerLayer(nn.Module):

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache
+from ..common.conformer import FeedForward, RelPositionAttention
 
 
 @dataclass(frozen=True)
@@ -97,45 +98,6 @@ class Conv2dSubsampling2(nn.Module):
         return x, pos, mask[:, :, 2::2]
 
 
-class RelPositionAttention(nn.Module):
-    """WeNet's legacy rel-pos attention: (q + u) k^T + (q + v) p^T with absolute sinusoid p, no shift."""
-
-    def __init__(self, heads: int, dim: int) -> None:
-        super().__init__()
-        self.h, self.d_k = heads, dim // heads
-        self.linear_q = nn.Linear(dim, dim)
-        self.linear_k = nn.Linear(dim, dim)
-        self.linear_v = nn.Linear(dim, dim)
-        self.linear_out = nn.Linear(dim, dim)
-        self.linear_pos = nn.Linear(dim, dim, bias=False)
-        self.pos_bias_u = nn.Parameter(torch.empty(heads, self.d_k))
-        self.pos_bias_v = nn.Parameter(torch.empty(heads, self.d_k))
-
-    def forward(self, x: Tensor, mask: Tensor, pos: Tensor) -> Tensor:
-        b = x.size(0)
-        q = self.linear_q(x).view(b, -1, self.h, self.d_k)
-        k = self.linear_k(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
-        v = self.linear_v(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
-        p = self.linear_pos(pos).view(pos.size(0), -1, self.h, self.d_k).transpose(1, 2)
-        ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
-        bd = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))
-        scores = (ac + bd) / math.sqrt(self.d_k)
-        drop = mask.unsqueeze(1).eq(0)[:, :, :, :scores.size(-1)]
-        attn = torch.softmax(scores.masked_fill(drop, -float("inf")), dim=-1).masked_fill(drop, 0.0)
-        out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k)
-        return self.linear_out(out)
-
-
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.w_1 = nn.Linear(dim, hidden)
-        self.w_2 = nn.Linear(hidden, dim)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(F.silu(self.w_1(x)))
-
-
 class ConvolutionModule(nn.Module):
     """Pointwise conv + GLU, depthwise conv 15, LayerNorm + SiLU, pointwise conv; padding zeroed."""
 
@@ -166,7 +128,7 @@ class ConformerLayer(nn.Module):
         self.norm_final = nn.LayerNorm(dim, eps=1e-5)
 
     def forward(self, x: Tensor, mask: Tensor, pos: Tensor) -> Tensor:
-        x = x + self.self_attn(self.norm_mha(x), mask, pos)
+        x = x + self.self_attn(self.norm_mha(x), pos, mask)
         x = x + self.conv_module(self.norm_conv(x), mask)
         x = x + self.feed_forward(self.norm_ff(x))
         return self.norm_final(x)
