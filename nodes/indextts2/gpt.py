@@ -221,6 +221,8 @@ class PerceiverResampler(nn.Module):
 class Conv1D(nn.Module):
     """GPT-2's transposed linear: y = bias + x @ weight, weight (in, out)."""
 
+    STREAMABLE = True   # reads only its own weights, in its own forward: the runtime may stream them
+
     def __init__(self, nx: int, nf: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(nx, nf))
