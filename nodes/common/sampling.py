@@ -104,11 +104,11 @@ def ras_sample(logp: Tensor, decoded: list[int], generator: torch.Generator | No
 # ---- the fish-speech / GPT-SoVITS family (`logits_to_probs` + `multinomial_sample_one_no_sync`) -----------
 
 
-def top_p_descending(scores: Tensor, top_p: float) -> Tensor:
+def top_p_descending(scores: Tensor, top_p: float | Tensor) -> Tensor:
     """Nucleus filtering as fish-speech and GPT-SoVITS write it: sort descending, remove the tokens whose
-    cumulative probability exceeds `top_p`, always keep the first. Off at top_p >= 1."""
-    if top_p >= 1.0:
-        return scores
+    cumulative probability exceeds `top_p` (a float, or a scalar tensor where upstream rounds it to the
+    model's dtype), always keep the first. Applied whatever `top_p` is: fish-speech filters even at 1.0
+    (where float rounding can drop the tail), GPT-SoVITS skips the call there."""
     sorted_logits, sorted_idx = torch.sort(scores, descending=True)
     remove = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1) > top_p
     remove[..., 0] = False

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from ...runtime.lm.cache import DynamicCache, make_cache
 from ..common.decode import autoregress
+from ..common.sampling import exponential_draw, top_p_descending
 from .model import DualARTransformer
 from .tokenizer import FishTokenizer, HFTokenizer
 
@@ -94,25 +95,20 @@ def _bf16(x: float) -> Tensor:
 
 def sample(logits: Tensor, s: Sampling, previous: Tensor | None, generator: torch.Generator | None) -> int:
     """One token from logits [V] (upstream's logits_to_probs + multinomial_sample_one_no_sync), on the CPU
-    in the logits' own dtype as upstream computes it (a bf16 model samples from bf16 arithmetic). Not the
-    shared sampling.py: upstream's penalty runs in that dtype, and its top-p is its own (descending sort,
-    `cumsum > top_p` removed, temperature after)."""
+    in the logits' own dtype as upstream computes it (a bf16 model samples from bf16 arithmetic): its
+    penalty runs in that dtype, then the shared descending top-p (threshold in bf16, as upstream's tensor)
+    and the exponential-race draw, temperature after top-p."""
     logits = logits.cpu().clone()
     if previous is not None:
         penalty = _bf16(s.repetition_penalty)
         prev = previous.long()
         score = logits.gather(0, prev)
         logits.scatter_(0, prev, torch.where(score < 0, score * penalty, score / penalty))
-    sorted_logits, sorted_idx = torch.sort(logits, descending=True)
     if not s.do_sample:                   # the first of upstream's sort, as a top-p below 1 / vocab keeps
-        return int(sorted_idx[0])
-    cum = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1)
-    remove = cum > _bf16(s.top_p)
-    remove[0] = False
-    logits = logits.masked_fill(remove.scatter(0, sorted_idx, remove), -float("inf"))
+        return int(torch.sort(logits, descending=True)[1][0])
+    logits = top_p_descending(logits, _bf16(s.top_p))
     probs = torch.softmax(logits / torch.clip(_bf16(s.temperature), min=1e-5), dim=-1)
-    q = torch.empty_like(probs).exponential_(1, generator=generator)
-    return int(torch.argmax(probs / q))
+    return int(exponential_draw(probs, generator))
 
 
 def sample_s2(logits: Tensor, temperature: float, top_p: float, top_k: int, do_sample: bool,

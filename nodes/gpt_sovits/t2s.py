@@ -188,7 +188,9 @@ class T2SSampling:
 def choose(logits: Tensor, s: T2SSampling, generator: torch.Generator | None) -> int:
     """Upstream's `sample` after the repetition penalty: top-p (descending sort), temperature, top-k,
     softmax, an exponential-race draw. logits [V] on the CPU."""
-    logits = top_p_descending(logits, s.top_p) / max(s.temperature, 1e-5)
+    if s.top_p < 1.0:                     # upstream's guard: no nucleus filter at 1
+        logits = top_p_descending(logits, s.top_p)
+    logits = logits / max(s.temperature, 1e-5)
     probs = torch.softmax(top_k_filter(logits, s.top_k), dim=-1)
     return int(exponential_draw(probs, generator))
 
