@@ -128,6 +128,27 @@ CASES = [
     "银行行长说：一定不能乱来！",
 ]
 
+# The G2PW path on the tiny random G2PW model: polyphones (its readings are random but among each
+# character's own), 一 / 不, erhua, corrections from upstream's polyphonic tables, several sentences at once.
+G2PW_CASES = [
+    "银行行长在行业会议上发言。",
+    "他长大了，头发也长了。",
+    "这个问题很重要，我们要重新考虑。",
+    "我还没还你钱呢。",
+    "我们一起去银行办理业务，行不行？",
+    "他背着背包去了背后的山上。",
+    "朝阳区的朝阳很漂亮，我朝着他走去。",
+    "一个人，一天，一样，第一，一一对应。",
+    "不要，不对，不是，不好，要不要？",
+    "小孩儿在胡同儿里玩儿。",
+    "一会儿我们去哪儿？",
+    "今天是2024年3月15日，气温25°C。",
+    "嗯，我知道了。",
+    "這是一個測試，我們說話。",
+    "你好￥我是小明，很高兴认识你。",
+    "重要的事情说三遍。",
+]
+
 # Mixed text for language "all_zh": the split upstream's LangSegmenter.getTexts(text, "zh") gives, reasoned
 # from split_lang's code (pre_split by script: spaces stay with the run before, punctuation joins the run
 # before or, at the start, after; digits -> "zh"; a run full_en accepts -> "en"; the rest -> "zh").
@@ -196,6 +217,46 @@ for text in CASES:
     out["pypinyin"][text] = case
 print(f"pypinyin path: {same} of {len(CASES)} equal; {sum('jieba' in c for c in out['pypinyin'].values())} "
       f"differ between jieba_fast and jieba")
+
+# ---- 2. G2PW path ------------------------------------------------------------------------------------------------
+G2PW_MODEL, G2PW_TOKENIZER = HERE / "fixtures" / "g2pw_model", HERE / "fixtures" / "g2pw_tokenizer"
+if (G2PW_MODEL / "g2pW.onnx").is_file():
+    from tokenizers import Tokenizer  # noqa: E402
+
+    from mizuoto.nodes.gpt_sovits import g2pw as our_g2pw  # noqa: E402
+
+    del sys.modules["text.g2pw"]
+    import text.g2pw as up_g2pw  # noqa: E402  (reads upstream's polyphonic tables)
+
+    chinese2.is_g2pw = True
+    chinese2.correct_pronunciation = up_g2pw.correct_pronunciation
+    chinese2.g2pw = up_g2pw.G2PWPinyin(model_dir=str(G2PW_MODEL), model_source=str(G2PW_TOKENIZER), v_to_u=False,
+                                       neutral_tone_with_five=True)
+    net = our_g2pw.G2PW.from_folder(G2PW_MODEL, Tokenizer.from_file(str(G2PW_TOKENIZER / "tokenizer.json")))
+    table = our_g2pw.read_polyphonic(REPO / "GPT_SoVITS" / "text")
+    assert table == up_g2pw.pp_dict
+    cases, entries, same = {}, set(), 0
+    for text in G2PW_CASES:
+        with segmenter(jieba_fast):
+            try:
+                want = up_zh(text)
+            except Exception as e:      # noqa: BLE001  (upstream fails where G2PW gives no reading)
+                want = {"error": type(e).__name__}
+        try:
+            mine = ours_zh(text, net, table)
+        except ValueError as e:
+            mine = {"error": str(e)}
+        norm = chinese.text_normalize(text)
+        entries |= {norm[i:j] for i in range(len(norm)) for j in range(i + 1, len(norm) + 1) if norm[i:j] in table}
+        equal = mine == want or ("error" in want and "error" in mine)
+        same += equal
+        print(f"{'equal' if equal else 'DIFFERENT'} (G2PW): {text!r}\n  upstream {want}\n  ours     {mine}")
+        cases[text] = want
+    out["g2pw"] = {"cases": cases, "polyphonic": {w: table[w] for w in sorted(entries)}}
+    print(f"G2PW path: {same} of {len(G2PW_CASES)} equal")
+    chinese2.is_g2pw = False
+else:
+    print("no tiny G2PW model at", G2PW_MODEL, "(the g2pw branch's fixtures): G2PW path not recorded")
 
 # ---- 3. mixed split ----------------------------------------------------------------------------------------------
 lexicon = english.read_lexicon(REPO / "GPT_SoVITS" / "text")
