@@ -148,12 +148,15 @@ def phone_features(hidden: Tensor, word2ph: list[int]) -> Tensor:
 
 
 def bert_features(segments: list[Segment], tokenizer: Tokenizer, bert: Callable[[Tensor], Tensor]) -> Tensor:
-    """The BERT features of all segments, [BERT_WIDTH, phones]: Chinese segments through `bert` (ids [1, T]
-    -> hidden [1, T, H]), English ones zeros, as get_bert_inf."""
+    """The BERT features of all segments, [BERT_WIDTH, phones], fp32 on the CPU (upstream keeps the BERT's
+    dtype; the T2S reads them in its own): Chinese segments through `bert` (CPU ids [1, T] -> hidden [1, T, H]
+    on any device), English ones zeros, as get_bert_inf. A Chinese piece with nothing left to read (such as
+    "Café", see above) gives no columns, where upstream's torch.cat of nothing fails."""
     parts = []
     for seg in segments:
         if seg.language == "zh" and seg.phone_ids:
-            parts.append(phone_features(bert(bert_input_ids(seg.norm_text, tokenizer)), seg.word2ph).float())
+            hidden = bert(bert_input_ids(seg.norm_text, tokenizer))
+            parts.append(phone_features(hidden, seg.word2ph).to("cpu", torch.float32))
         else:
             parts.append(torch.zeros(BERT_WIDTH, len(seg.phone_ids)))
     return torch.cat(parts, dim=1)
