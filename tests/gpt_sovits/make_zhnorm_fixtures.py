@@ -2,6 +2,9 @@
 
     /work/venv-gpt-sovits/bin/python tests/gpt_sovits/make_zhnorm_fixtures.py
 
+Normaliser: upstream's `TextNormalizer().normalize` on TEXTS (written so every rule fires; the script checks
+they execute every line of upstream's zh_normalization modules that the normaliser reaches) and on
+FUZZ_COUNT seeded random strings of digits, units, symbols and characters.
 Tone sandhi: upstream's `ToneSandhi().pre_merge_for_modify` on `jieba_fast.posseg` cuts of SENTENCES (the
 text as chinese2.py hands it over: Chinese characters and its ASCII punctuation) and on hand-made
 segmentations (SEGMENTS), then `modified_tone` on every merged word with pypinyin's finals (chinese2.py's
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -174,64 +178,200 @@ TONES = [
     (",", "x", [","]),
 ]
 
+# Normaliser inputs: each rule of upstream's pipeline fires at least once, with edge cases.
+TEXTS = [
+    "今天是2024年3月1日，明天是2024年3月2号。",
+    "他出生于1999年12月，那年是99年。",
+    "会议定在2024-03-01，报名截止2024/02/29，发布于2023.12.31。",
+    "日期2024-03/01的分隔符不一致。",
+    "现在是12:30:45，闹钟定在07:05。",
+    "营业时间8:30-12:30，下午14:00~18:00。",
+    "早班8:30-9:15，晚班20:15-21:30，夜班23:00:05-23:59:59。",
+    "温度在10℃~20℃之间，湿度30%~40%。",
+    "身高1.5m~1.8m，体重50kg~60kg。",
+    "今天25℃，昨天-3°C，体温36.5度，沸点100摄氏度。",
+    "这箱苹果重3kg，长20cm，面积5cm²，体积2cm³，容量500ml。",
+    "距离10km，面积3m²，体积2m³，噪音60db，延迟5ds，跑了100m，厚2mm，用时3s。",
+    "This is a test，长度是5m2和6m3，还有7cm2和8cm3。",
+    "1+1=2，3×4=12，10÷2=5，7-2=5。",
+    "x²+y²=z²，2¹⁰=1024，xⁿ的意思。",
+    "1+2+3+4=10，a+b=c。",
+    ".5+.5=1，-1+2=1，1.5×2=3。",
+    "10³是一千，面积是平方米m²。",
+    "三分之一写作1/3，负二分之一写作-1/2，还有3/4。",
+    "合格率95%，下降了-5%，增长12.5%。",
+    "我的手机号是13812345678，请拨打。",
+    "国际号码+86 13912345678或者+8615012345678，还有86 18612345678。",
+    "座机010-12345678，上海021-1234567，深圳0755-12345678，本地12345678。",
+    "客服热线400-123-4567，或者4001234567。",
+    "范围是3-5个，或者1.5-2.5米，温差-1~2度，10~20人。",
+    "气温-10度，海拔-155米，余额-100。",
+    "版本1.2.3已发布，请升级到3.10.12.1。",
+    "圆周率约3.14，一半是0.5，也可以写成.5，误差-0.25，3.20和1.000。",
+    "我买了2个苹果，3+年经验，5多人，10余件，20元。",
+    "2千克面粉，100万元，3小时，2两酒，一共2斤，5千米。",
+    "他有2000元和3000美元，还有5十吨货物。",
+    "订单号00078，验证码123456，房间1001。",
+    "1,000,000是一百万。",
+    "我今年12岁，他99岁，小明0岁。",
+    "第3名，第1次，第21届。",
+    "①第一步②第二步③第三步④⑤⑥⑦⑧⑨⑩。",
+    "αβγΓδΔεζηθΘικλΛμνξΞοπΠρςΣστυφΦχψΨωΩ。",
+    "每小时5km/h，价格10元/斤。",
+    "A+B，C-D，E×F，G÷H，I=J。",
+    "书名《红楼梦》【精装版】<限量>{特别}(注释)（附录）#标签&符号@用户“引用”^_|\\结束。",
+    "这是一个测试——破折号。",
+    "他说：“你好！”然后离开了。",
+    "她问：‘真的吗？’我说：是的。",
+    "第一句；第二句、第三句，第四句。第五句？第六句！",
+    "English, with ASCII; punctuation? Yes!",
+    "我用iPhone 15 Pro拍照，GPT-4模型很强，COVID-19疫情。",
+    "我喜欢Python和C++编程。",
+    "這是繁體中文，歡迎來到臺灣，電腦與網路。",
+    "全角字母ＡＢＣ和数字１２３，全角空格\u3000在这里。",
+    "价格¥100，约$15，还有€20。",
+    "今天天气真好😀，我们去公园吧🎉！",
+    "符号~和～，省略号……还有...点。",
+    "空格   很多   的   句子。",
+    "",
+    "，。",
+    "\n\n换行\n分隔\n\n的句子",
+    "0.5",
+    "-0.5",
+    "1/3",
+    "3-5",
+    "12:30:45",
+    "2024年3月1日",
+    "2024-03-01",
+    "25℃",
+    "-3°C",
+    "+86 13812345678",
+    "010-12345678",
+    "95%",
+    "¥100",
+    "1,000,000",
+    "第3",
+    "3kg",
+    "100",
+    "105",
+    "1000",
+    "10",
+    "110",
+    "100000001",
+    "123456789012",
+    "000",
+    "0",
+    "0:00",
+    "24:00",
+    "9:30-10:30",
+    "2个和22个",
+    "12年和2012年和312年",
+    "3.0和3.00和0.10",
+    "-5和-5.5和5-5和-5-5",
+    "1:2的比例",
+    "第1.2.3版",
+]
+FUZZ_COUNT = 300
+FUZZ_PIECES = (
+    list("0123456789" * 4) + list("-+~/.:%×÷=²³ⁿˣ年月日号点度℃°C个元多余几kgcmsd ,，。、；：！？”’“《》()#@①③αΩπ—")
+    + ["摄氏度", "cm²", "小时", "千万", "+86 ", "400", "010-", "13812345678", "2024", "-03-", "12:30", "時間", "ｓ", "５",
+       "\u3000", "😀", "¥", "$", "iPhone", "第"]
+)
 
-def line_tracer(filename: str, hit: set[int]):
+
+def traced(files: set[str], fn):
+    """fn() with the line numbers it executes in `files` -> (result, {file: lines})."""
+    hit: dict[str, set[int]] = {f: set() for f in files}
+
     def trace(frame, event, arg):
-        if frame.f_code.co_filename != filename:
+        if frame.f_code.co_filename not in files:
             return None
         if event == "line":
-            hit.add(frame.f_lineno)
+            hit[frame.f_code.co_filename].add(frame.f_lineno)
         return trace
-    return trace
+
+    sys.settrace(trace)
+    try:
+        return fn(), hit
+    finally:
+        sys.settrace(None)
+
+
+def check_coverage(functions, hit: dict[str, set[int]], skip: tuple[str, ...]) -> None:
+    """Exit unless every line of `functions` (but their `def` and lines containing a `skip` text) ran."""
+    missed = []
+    for fn in functions:
+        code = fn.__code__
+        source = Path(code.co_filename).read_text(encoding="utf-8").splitlines()
+        for line in sorted({n for _, _, n in code.co_lines() if n and n != code.co_firstlineno}):
+            if line not in hit[code.co_filename] and not any(t in source[line - 1] for t in skip):
+                missed.append(f"{Path(code.co_filename).name}:{line} {source[line - 1].strip()}")
+    if missed:
+        sys.exit("add cases until these upstream lines run:\n" + "\n".join(missed))
 
 
 def finals_of(word: str) -> list[str]:
     return lazy_pinyin(word, neutral_tone_with_five=True, style=Style.FINALS_TONE3)
 
 
-def main() -> None:
+def record_tone_sandhi() -> dict:
     from text import tone_sandhi
     from text.tone_sandhi import ToneSandhi
 
     sandhi = ToneSandhi()
-    hit: set[int] = set()
-    sys.settrace(line_tracer(tone_sandhi.__file__, hit))
-    merges, tones = [], []
-    segments = [[(p.word, p.flag) for p in psg.lcut(s)] for s in SENTENCES] + SEGMENTS
-    for seg in segments:
-        merged = [(w, p) for w, p in sandhi.pre_merge_for_modify(list(seg))]
-        merges.append({"seg": seg, "merged": merged})
-        for word, pos in merged:
-            if pos != "eng":  # chinese2.py skips these
-                tones.append((word, pos, finals_of(word)))
-    tones += TONES
-    tone_cases = []
-    for word, pos, finals in dict.fromkeys((w, p, tuple(f)) for w, p, f in tones):
-        out = sandhi.modified_tone(word, pos, list(finals))
-        tone_cases.append({"word": word, "pos": pos, "finals": list(finals), "out": out})
-    sys.settrace(None)
 
-    source = Path(tone_sandhi.__file__).read_text(encoding="utf-8").splitlines()
-    code_lines = set()
-    for name, fn in vars(ToneSandhi).items():
-        if callable(fn) and name != "__init__":  # __init__ only fills the word lists
-            code = fn.__code__
-            code_lines |= {line for _, _, line in code.co_lines() if line and line != code.co_firstlineno}
-    missed = sorted(n for n in code_lines - hit if "print(" not in source[n - 1] and "except" not in source[n - 1])
-    for n in missed:
-        print(f"tone_sandhi.py:{n} not executed: {source[n - 1].strip()}")
-    if missed:
-        sys.exit("add cases until every line of upstream's ToneSandhi runs")
+    def run():
+        merges, tones = [], []
+        segments = [[(p.word, p.flag) for p in psg.lcut(s)] for s in SENTENCES] + SEGMENTS
+        for seg in segments:
+            merged = [(w, p) for w, p in sandhi.pre_merge_for_modify(list(seg))]
+            merges.append({"seg": seg, "merged": merged})
+            for word, pos in merged:
+                if pos != "eng":  # chinese2.py skips these
+                    tones.append((word, pos, finals_of(word)))
+        tones += TONES
+        tone_cases = []
+        for word, pos, finals in dict.fromkeys((w, p, tuple(f)) for w, p, f in tones):
+            out = sandhi.modified_tone(word, pos, list(finals))
+            tone_cases.append({"word": word, "pos": pos, "finals": list(finals), "out": out})
+        return merges, tone_cases
+
+    (merges, tone_cases), hit = traced({tone_sandhi.__file__}, run)
+    methods = [fn for name, fn in vars(ToneSandhi).items() if callable(fn) and name != "__init__"]
+    check_coverage(methods, hit, skip=("print(", "except"))  # the failure prints: see pre_merge_for_modify
     # The jieba the default suite uses must split as jieba_fast does.
     import jieba
     for case in tone_cases:
         assert list(jieba.cut_for_search(case["word"])) == list(jieba_fast.cut_for_search(case["word"])), case
+    print(f"tone sandhi: {len(merges)} segmentations, {len(tone_cases)} modified_tone cases")
+    return {"pre_merge_for_modify": merges, "modified_tone": tone_cases}
 
+
+def record_normalizer() -> dict:
+    import inspect
+
+    from text.zh_normalization import chronology, num, phonecode, quantifier, text_normlization
+
+    modules = (chronology, num, phonecode, quantifier, text_normlization)
+    rng = random.Random(0)
+    fuzz = ["".join(rng.choice(FUZZ_PIECES) for _ in range(rng.randint(1, 16))) for _ in range(FUZZ_COUNT)]
+    texts = list(dict.fromkeys(TEXTS + fuzz))
+    # A new TextNormalizer per text, as chinese2.py's text_normalize makes one
+    cases, hit = traced({m.__file__ for m in modules},
+                        lambda: [[t, text_normlization.TextNormalizer().normalize(t)] for t in texts])
+    functions = [fn for m in modules for _, fn in inspect.getmembers(m, inspect.isfunction)
+                 if fn.__module__ == m.__name__]
+    functions += [fn for _, fn in inspect.getmembers(text_normlization.TextNormalizer, inspect.isfunction)]
+    check_coverage(functions, hit, skip=("raise ValueError",))  # num2str never sees two points
+    print(f"normaliser: {len(TEXTS)} texts + {len(texts) - len(TEXTS)} random strings")
+    return {"texts": cases}
+
+
+def main() -> None:
     path = HERE / "fixtures" / "zhnorm.json"
-    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    data["tone_sandhi"] = {"pre_merge_for_modify": merges, "modified_tone": tone_cases}
+    data = {"tone_sandhi": record_tone_sandhi(), "normalize": record_normalizer()}
     path.write_text(json.dumps(data, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
-    print(f"{len(merges)} segmentations, {len(tone_cases)} modified_tone cases -> {path}")
+    print(f"-> {path}")
 
 
 if __name__ == "__main__":
