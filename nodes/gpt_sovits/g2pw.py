@@ -49,6 +49,8 @@ MAX_LEN = 512        # prepare_onnx_input's max_len
 # utils.default_config_dict, for the two fields inference reads
 CONFIG_DEFAULTS = {"use_mask": True, "use_char_phoneme": False}
 REP_FILES = ("polyphonic.rep", "polyphonic-fix.rep")
+SPACES = re.compile(r" +")
+LATIN = re.compile(r"[a-zA-Z0-9]+")
 
 
 def _config_value(node: ast.expr, fields: dict[str, Any], path: Path, field: str) -> Any:
@@ -136,12 +138,12 @@ def _wordize(text: str) -> tuple[list[str], list[int | None], list[tuple[int, in
     word2text: list[tuple[int, int]] = []
     pos = 0
     while pos < len(text):
-        space = re.match(r" +", text[pos:])
+        space = SPACES.match(text, pos)
         if space:
             text2word += [None] * len(space.group(0))
             pos += len(space.group(0))
             continue
-        latin = re.match(r"[a-zA-Z0-9]+", text[pos:])
+        latin = LATIN.match(text, pos)
         word = latin.group(0) if latin else text[pos]
         word2text.append((pos, pos + len(word)))
         text2word += [len(words)] * len(word)

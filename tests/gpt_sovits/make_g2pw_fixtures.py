@@ -15,7 +15,8 @@
    enable_non_tradional_chinese=True)` (GPT-SoVITS text/g2pw/onnx_api.py, onnxruntime) on every sentence
    alone and on three batches, recording the pinyin lists and, for every onnxruntime call, each input's
    shape and sha256 (proves our tokens and batching equal AutoTokenizer's / upstream's).
-3. Runs upstream g2pw.py's `read_dict()` on fixtures/g2pw_text/g2pw/{polyphonic,polyphonic-fix}.rep and
+3. Records dataset.get_phoneme_labels / get_char_phoneme_labels on the tiny list (config use_char_phoneme).
+4. Runs upstream g2pw.py's `read_dict()` on fixtures/g2pw_text/g2pw/{polyphonic,polyphonic-fix}.rep and
    `correct_pronunciation` on a few words.
 Asserts our port gives the same, then writes fixtures/g2pw.json.
 """
@@ -52,6 +53,7 @@ TEXT = FIXTURES / "g2pw_text"
 SEED = 20
 POS_TAGS = ["UNK", "A", "C", "D", "I", "N", "P", "T", "V", "DE", "SHI"]   # GitYCC dataset.TextDataset.POS_TAGS
 
+PLAIN = "我们今天去公园散步你们明天去北京"   # no polyphone of the tiny list
 LONG_TAIL = "我们在这里讨论很多的问题，今天天气很好，大家一起去公园散步，看见了许多人和花"
 SENTENCES = [
     "银行行长在行业会议上发言。",
@@ -90,6 +92,8 @@ SENTENCES = [
     "这是一个很长很长的句子，里面有很多很多的字，用来测试上下文窗口，行长说的话很重要，我们还要继续努力。",
     "长" + LONG_TAIL * 12 + "重",
     "重" + "我们" * 300 + "行",
+    PLAIN * 2 + "银行行长" + PLAIN * 2,
+    "长大" + PLAIN * 2 + "。",
 ]
 # One polyphone each: upstream's plain batched call (no dedup groups), rows padded to the longest.
 SINGLE = ["音乐让人快乐。"[:4], "他便宜", "朝阳公园", "传说", "种子", "看见许多人", "你好吗", "我们去了"]
@@ -292,8 +296,16 @@ def main() -> None:
         assert ours.correct_pronunciation(word, pinyins, table) == expected
         corrected.append({"word": word, "pinyins": pinyins, "expected": expected})
 
+    from text.g2pw.dataset import get_char_phoneme_labels, get_phoneme_labels
+    rows = [ln.split("\t") for ln in (MODEL / "POLYPHONIC_CHARS.txt").read_text(encoding="utf-8").strip().split("\n")]
+    label_sets = {}
+    for char_phoneme, fn in ((False, get_phoneme_labels), (True, get_char_phoneme_labels)):
+        expected = fn(polyphonic_chars=rows)
+        assert ours.phoneme_labels([tuple(r) for r in rows], char_phoneme) == expected
+        label_sets["char_phoneme" if char_phoneme else "phoneme"] = expected
+
     out = {"labels": len(labels), "chars": len(chars), "operators": operators, "opset": 12,
-           "cases": cases, "upstream_index_error": failing, "polyphonic_table": table, "correct_pronunciation": corrected}
+           "cases": cases, "upstream_index_error": failing, "label_sets": label_sets, "polyphonic_table": table, "correct_pronunciation": corrected}
     (FIXTURES / "g2pw.json").write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"{len(cases)} cases equal, {len(failing)} upstream IndexErrors; onnx {(MODEL / 'g2pW.onnx').stat().st_size} bytes; operators {operators}")
 

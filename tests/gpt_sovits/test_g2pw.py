@@ -59,7 +59,7 @@ def test_pinyin_and_model_inputs_equal_upstream(model, recorded, monkeypatch, on
     lists equal upstream's, and every graph call gets byte-identical inputs (same tokens as AutoTokenizer's,
     same 16-character windows, same 512-token truncation, same padding and grouping)."""
     inputs = _recording(model, monkeypatch)
-    assert len(recorded["cases"]) == 32
+    assert len(recorded["cases"]) == 34
     for case in recorded["cases"]:
         inputs.clear()
         assert model(case["sentences"]) == case["pinyin"], case["sentences"]
@@ -83,13 +83,22 @@ def test_predictions_equal_onnxruntime(model, recorded, monkeypatch, one_thread)
     inputs = _recording(model, monkeypatch)
     for case in recorded["cases"][-3:]:
         model(case["sentences"])
-    assert len(inputs) == 29
+    assert len(inputs) == 31
     for model_input in inputs:
         ours = g2pw.G2PW.probabilities(model, model_input)
         (theirs,) = session.run(None, model_input)
         assert ours.shape == theirs.shape
         assert np.array_equal(ours.argmax(1), theirs.argmax(1))
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_phoneme_labels(recorded):
+    """dataset.get_phoneme_labels and get_char_phoneme_labels (config use_char_phoneme) on the tiny list."""
+    rows = [tuple(line.split("\t")) for line in
+            (MODEL / "POLYPHONIC_CHARS.txt").read_text(encoding="utf-8").strip().split("\n")]
+    for key, char_phoneme in (("phoneme", False), ("char_phoneme", True)):
+        labels, char2phonemes = g2pw.phoneme_labels(rows, char_phoneme)
+        assert [labels, char2phonemes] == recorded["label_sets"][key]
 
 
 def _copy(tmp_path: Path) -> Path:
