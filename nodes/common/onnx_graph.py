@@ -279,6 +279,14 @@ def _variadic(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Node, list], 
     return op
 
 
+def _flatten(node: Node, args: list) -> list[Tensor]:
+    """2-D [prod(shape[:axis]), prod(shape[axis:])]; axis may equal the rank (then [numel, 1])."""
+    x = args[0]
+    axis = int(node.attributes.get("axis", 1))
+    axis = axis + x.dim() if axis < 0 else axis
+    return [x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))]
+
+
 def _div(a: Tensor, b: Tensor) -> Tensor:
     if not a.dtype.is_floating_point and not b.dtype.is_floating_point:
         return torch.div(a, b, rounding_mode="trunc")
@@ -318,8 +326,7 @@ OPS: dict[str, Callable[[Node, list], list[Tensor]]] = {
                                          keepdim=bool(n.attributes.get("keepdims", 1)))],
     "CumSum": lambda n, a: [torch.cumsum(a[0], dim=int(a[1].item()))],
     "Transpose": lambda n, a: [a[0].permute(*(n.attributes.get("perm") or reversed(range(a[0].dim()))))],
-    "Reshape": _reshape, "Flatten": lambda n, a: [a[0].reshape(
-        int(np.prod(a[0].shape[:int(n.attributes.get("axis", 1)) % max(a[0].dim(), 1)])) if a[0].dim() else 1, -1)],
+    "Reshape": _reshape, "Flatten": _flatten,
     "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Concat": lambda n, a: [torch.cat(
         [t for t in a if t is not None], dim=int(n.attributes["axis"]))],
     "Split": _split, "Slice": _slice, "Gather": _gather, "Shape": _shape,
