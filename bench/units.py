@@ -191,6 +191,7 @@ def voxcpm(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
 
 def gpt_sovits(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     from mizuoto.nodes.common.hubert import Hubert, HubertConfig
+    from mizuoto.nodes.gpt_sovits.bert import BertConfig, BertFeatures
     from mizuoto.nodes.gpt_sovits.phases import GPTSoVITSEngine
     from mizuoto.nodes.gpt_sovits.sovits import SoVITSConfig, SynthesizerTrn
     from mizuoto.nodes.gpt_sovits.speaker import ERes2NetV2
@@ -199,9 +200,11 @@ def gpt_sovits(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     sovits = SoVITSConfig.from_hparams(_real("gpt_sovits/real_sovits_v2Pro.json")["config"], "v2Pro", 732,
                                        "s2v2Pro.json")
     hubert = HubertConfig.from_dict(_real("gpt_sovits/real_chinese_hubert_base.json")["config"], "config.json")
+    bert = BertConfig.from_dict(_real("gpt_sovits/real_chinese_roberta_wwm_ext_large.json")["config"], "config.json")
     with torch.device("meta"):
         bundle = SimpleNamespace(t2s=Text2Semantic(t2s).to(dtype), sovits=SynthesizerTrn(sovits).to(dtype),
-                                 hubert=Hubert(hubert, masked_spec_embed=True).to(dtype), speaker=ERes2NetV2().to(dtype), dtype=dtype)
+                                 hubert=Hubert(hubert, masked_spec_embed=True).to(dtype), speaker=ERes2NetV2().to(dtype),
+                                 bert=BertFeatures(bert).to(dtype), dtype=dtype)
     e = GPTSoVITSEngine(bundle, _manager())
     return [(f"GPT-SoVITS v2Pro {h.name}", h) for h in e.handles]
 
