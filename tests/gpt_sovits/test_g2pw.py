@@ -199,3 +199,16 @@ def test_flatten_axis_equal_to_rank():
     for axis, shape in ((0, (1, 24)), (1, (2, 12)), (3, (24, 1)), (-1, (6, 4)), (-3, (1, 24))):
         (y,) = OPS["Flatten"](Node("Flatten", "f", ["x"], ["y"], {"axis": axis}), [x])
         assert y.shape == shape and torch.equal(y.reshape(-1), x.reshape(-1))
+
+
+def test_chinese_g2p_on_g2pw_equals_upstream(model, one_thread):
+    """The whole G2PW path of the Chinese front end: chinese.clean_text with this G2PW and upstream's polyphonic
+    entries equals upstream's chinese2 (`is_g2pw = True`, G2PWPinyin on the same tiny folder), as recorded by
+    make_zhfront_fixtures.py in fixtures/zhfront.json."""
+    from mizuoto.nodes.gpt_sovits import chinese
+
+    recorded = json.loads((FIXTURES / "zhfront.json").read_text(encoding="utf-8"))["g2pw"]
+    assert len(recorded["cases"]) == 20
+    for text, want in recorded["cases"].items():
+        phones, word2ph, norm = chinese.clean_text(text, model, recorded["polyphonic"])
+        assert {"phones": phones, "word2ph": word2ph, "norm": norm} == want, text
