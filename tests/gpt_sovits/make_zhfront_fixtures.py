@@ -150,8 +150,10 @@ G2PW_CASES = [
     "数一数有多少个数字，调查以后再调整。",
     "他一边走着一边唱着歌，放假了，这是假的。",
     "我用GPT-SoVITS在2024年做了好几个模型。",
-    "他是我的长辈。",       # 輩's syllable is missing from the tiny model's table: G2PW gives None
+    "他是我的长辈。",       # 輩's syllable is missing from the tiny model's table; 长辈's table entry covers it
 ]
+# G2PW gives None for 輩 and no table entry covers 前辈 or 辈: upstream fails (None[0]); kept apart from the cases.
+G2PW_FAILING = ["前辈们都来了。"]
 
 # Mixed text for language "all_zh": the split upstream's LangSegmenter.getTexts(text, "zh") gives, reasoned
 # from split_lang's code (pre_split by script: spaces stay with the run before, punctuation joins the run
@@ -239,8 +241,8 @@ if (G2PW_MODEL / "g2pW.onnx").is_file():
     net = our_g2pw.G2PW.from_folder(G2PW_MODEL, Tokenizer.from_file(str(G2PW_TOKENIZER / "tokenizer.json")))
     table = our_g2pw.read_polyphonic(REPO / "GPT_SoVITS" / "text")
     assert table == up_g2pw.pp_dict
-    cases, entries, same = {}, set(), 0
-    for text in G2PW_CASES:
+    cases, errors, entries, same = {}, {}, set(), 0
+    for text in G2PW_CASES + G2PW_FAILING:
         with segmenter(jieba_fast):
             try:
                 want = up_zh(text)
@@ -255,9 +257,13 @@ if (G2PW_MODEL / "g2pW.onnx").is_file():
         equal = mine == want or ("error" in want and "error" in mine)
         same += equal
         print(f"{'equal' if equal else 'DIFFERENT'} (G2PW): {text!r}\n  upstream {want}\n  ours     {mine}")
-        cases[text] = want
-    out["g2pw"] = {"cases": cases, "polyphonic": {w: table[w] for w in sorted(entries)}}
-    print(f"G2PW path: {same} of {len(G2PW_CASES)} equal")
+        if text in G2PW_FAILING:
+            assert "error" in want, f"upstream reads {text!r}: pick another sentence for G2PW_FAILING"
+            errors[text] = want["error"]
+        else:
+            cases[text] = want
+    out["g2pw"] = {"cases": cases, "upstream_fails": errors, "polyphonic": {w: table[w] for w in sorted(entries)}}
+    print(f"G2PW path: {same} of {len(G2PW_CASES) + len(G2PW_FAILING)} equal (failing ones: both fail)")
     chinese2.is_g2pw = False
 else:
     print("no tiny G2PW model at", G2PW_MODEL, "(the g2pw branch's fixtures): G2PW path not recorded")

@@ -187,3 +187,28 @@ def test_read_polyphonic_refuses_code_and_names_files(tmp_path):
         g2pw.read_polyphonic(tmp_path)
     (tmp_path / "polyphonic-fix.rep").write_text("行长: ['hang2', 'zhang3']\n", encoding="utf-8")
     assert g2pw.read_polyphonic(tmp_path) == {"湖泊": ["hu2", "po1"], "行长": ["hang2", "zhang3"]}
+
+
+def test_flatten_axis_equal_to_rank():
+    """ONNX Flatten allows axis == rank ([numel, 1]); transformers' padding-mask indexing exports it (G2PW)."""
+    import torch
+
+    from mizuoto.nodes.common.onnx_graph import OPS
+    from mizuoto.nodes.common.onnx_reader import Node
+    x = torch.arange(24).reshape(2, 3, 4)
+    for axis, shape in ((0, (1, 24)), (1, (2, 12)), (3, (24, 1)), (-1, (6, 4)), (-3, (1, 24))):
+        (y,) = OPS["Flatten"](Node("Flatten", "f", ["x"], ["y"], {"axis": axis}), [x])
+        assert y.shape == shape and torch.equal(y.reshape(-1), x.reshape(-1))
+
+
+def test_chinese_g2p_on_g2pw_equals_upstream(model, one_thread):
+    """The whole G2PW path of the Chinese front end: chinese.clean_text with this G2PW and upstream's polyphonic
+    entries equals upstream's chinese2 (`is_g2pw = True`, G2PWPinyin on the same tiny folder), as recorded by
+    make_zhfront_fixtures.py in fixtures/zhfront.json."""
+    from mizuoto.nodes.gpt_sovits import chinese
+
+    recorded = json.loads((FIXTURES / "zhfront.json").read_text(encoding="utf-8"))["g2pw"]
+    assert len(recorded["cases"]) == 20
+    for text, want in recorded["cases"].items():
+        phones, word2ph, norm = chinese.clean_text(text, model, recorded["polyphonic"])
+        assert {"phones": phones, "word2ph": word2ph, "norm": norm} == want, text

@@ -140,3 +140,26 @@ def test_bert_tokens_line_up_with_characters():
 def test_g2pw_needs_the_polyphonic_table():
     with pytest.raises(ValueError, match="polyphonic"):
         chinese.g2p("你好", g2pw=lambda batch: [[None] * len(s) for s in batch])
+
+
+def test_g2pw_path_equals_upstream():
+    """upstream chinese2 with is_g2pw = True on the tiny random G2PW model (fixtures/g2pw_model/, the g2pw
+    tests' folder) and upstream's polyphonic-table entries the sentences look up."""
+    from tokenizers import Tokenizer
+
+    from mizuoto.nodes.gpt_sovits.g2pw import G2PW
+
+    record = FIXTURE["g2pw"]
+    assert len(record["cases"]) >= 15 and record["upstream_fails"]
+    here = Path(__file__).parent / "fixtures"
+    net = G2PW.from_folder(here / "g2pw_model", Tokenizer.from_file(str(here / "g2pw_tokenizer" / "tokenizer.json")))
+    table = record["polyphonic"]
+    differs_from_pypinyin = 0
+    for text, want in record["cases"].items():
+        phones, word2ph, norm = chinese.clean_text(text, net, table)
+        assert (phones, word2ph, norm) == (want["phones"], want["word2ph"], want["norm"]), text
+        differs_from_pypinyin += phones != chinese.clean_text(text)[0]
+    assert differs_from_pypinyin >= 3       # the G2PW readings are really used
+    for text in record["upstream_fails"]:   # G2PW gives no reading: upstream fails on None[0], ours says so
+        with pytest.raises(ValueError, match="G2PW has no reading"):
+            chinese.clean_text(text, net, table)
