@@ -194,12 +194,3 @@ def clean_text(text: str, lexicon: dict[str, list[str]]) -> tuple[list[str], str
     table = symbols()
     return ["UNK" if p not in table else p for p in phones], norm
 
-
-def phone_ids(text: str, lexicon: dict[str, list[str]]) -> tuple[list[int], str]:
-    """TextPreprocessor.get_phones_and_bert for "en": ids (BERT features are zeros for English), retried
-    with a leading "." when fewer than 6 phones come out."""
-    phones, norm = clean_text(text, lexicon)
-    if len(phones) < 6:
-        phones, norm = clean_text("." + text, lexicon)
-    table = symbols()
-    return [table[p] for p in phones], norm

@@ -5,10 +5,15 @@
             s1v3.ckpt  s2Gv2Pro.pth       the pretrained pair, or a fine-tuned `name-e15.ckpt` + `name_e8_s200.pth`
         pretrained_models/                shared by every voice (upstream's GPT_SoVITS/pretrained_models names):
             chinese-hubert-base/          config.json + pytorch_model.bin (or model.safetensors)
-            chinese-roberta-wwm-ext-large/  (Chinese text only: `load_bert`; not loaded while the engine reads
-                                          English only, whose BERT features upstream sets to zeros)
+            chinese-roberta-wwm-ext-large/  config.json + weights + tokenizer.json: Chinese text (BERT features;
+                                          English reads zeros, so a folder without it speaks English only)
             sv/pretrained_eres2netv2w24s4ep4.ckpt   (v2Pro / v2ProPlus only)
-            text/cmudict.rep cmudict-fast.rep engdict-hot.rep   upstream's English lexicon (GPT_SoVITS/text/)
+            text/                         files of upstream's GPT_SoVITS/text/: cmudict.rep cmudict-fast.rep
+                                          engdict-hot.rep (English), g2pw/polyphonic.rep polyphonic-fix.rep
+                                          (Chinese with G2PW)
+            G2PWModel/                    optional, upstream's G2PW folder unchanged (g2pW.onnx, ...): Chinese
+                                          polyphones read by G2PW as upstream does by default; without it
+                                          upstream's pypinyin path
 
 A shared folder placed inside the model folder itself is used first. Pickles are read with
 `torch.load(weights_only=True)` only; the SoVITS file's first two bytes (a version code) and its
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
@@ -43,6 +49,7 @@ HUBERT_DIR = "chinese-hubert-base"
 BERT_DIR = "chinese-roberta-wwm-ext-large"
 SV_FILE = "sv/pretrained_eres2netv2w24s4ep4.ckpt"
 TEXT_DIR = "text"
+G2PW_DIR = "G2PWModel"
 V2_SYMBOLS = 732
 
 # process_ckpt.py: the first two bytes of a SoVITS file name its version ("PK": a plain torch zip, v1/v2).
@@ -60,9 +67,12 @@ class GPTSoVITS:
     sovits: SynthesizerTrn
     hubert: Hubert
     speaker: ERes2NetV2 | None          # v2Pro / v2ProPlus only
+    bert: BertFeatures | None           # chinese-roberta-wwm-ext-large: Chinese text only (English reads zeros)
+    tokenizer: Tokenizer | None         # its tokenizer.json (BERT input ids; G2PW's too)
     version: str
     dtype: torch.dtype
-    text_dir: Path                      # upstream's lexicon files (english.py), read on first English text
+    text_dir: Path                      # upstream's GPT_SoVITS/text files, read on first use
+    g2pw_dir: Path | None               # upstream's G2PWModel folder; None: upstream's pypinyin path
 
 
 def pair(folder: Path) -> tuple[Path, Path]:
@@ -186,10 +196,8 @@ def _renamed(key: str, suffixes: dict[str, str]) -> str:
     return next((key[:-len(old)] + new for old, new in suffixes.items() if key.endswith(old)), key)
 
 
-def load_bert(folder: Path, dtype: torch.dtype) -> tuple[BertFeatures, object]:
-    """RoBERTa features + its tokenizer (tokenizers.Tokenizer), for Chinese text (proven against upstream;
-    the Chinese front end itself is not built yet)."""
-    from tokenizers import Tokenizer
+def load_bert(folder: Path, dtype: torch.dtype) -> tuple[BertFeatures, Tokenizer]:
+    """RoBERTa features + its tokenizer, for Chinese text."""
     data = read_json(folder / "config.json", ENGINE)
     cfg = BertConfig.from_dict(data, str(folder / "config.json"))
     if not (folder / "tokenizer.json").is_file():
@@ -246,5 +254,10 @@ def load_gpt_sovits(folder: Path | str, dtype: torch.dtype = torch.float32) -> G
     if speaker is not None and speaker.out_dim != sovits.cfg.sv_dim:
         raise CheckpointError(f"{shared_path(folder, SV_FILE)}: the speaker model gives {speaker.out_dim}-d "
                               f"embeddings; {pth} expects {sovits.cfg.sv_dim}")
-    return GPTSoVITS(t2s=t2s, sovits=sovits, hubert=hubert, speaker=speaker,
-                     version=sovits.cfg.version, dtype=dtype, text_dir=shared_path(folder, TEXT_DIR))
+    bert, tokenizer = None, None
+    if (shared_path(folder, BERT_DIR) / "config.json").is_file():
+        bert, tokenizer = load_bert(shared_path(folder, BERT_DIR), dtype)
+    g2pw = shared_path(folder, G2PW_DIR)
+    return GPTSoVITS(t2s=t2s, sovits=sovits, hubert=hubert, speaker=speaker, bert=bert, tokenizer=tokenizer,
+                     version=sovits.cfg.version, dtype=dtype, text_dir=shared_path(folder, TEXT_DIR),
+                     g2pw_dir=g2pw if g2pw.is_dir() else None)

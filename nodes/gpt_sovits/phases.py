@@ -8,13 +8,20 @@ Phases per chunk:
   ERes2NetV2 speaker embedding of the reference at 16 kHz; the reference's linear spectrogram (CPU);
 - "t2s" (sequence): reference transcript + chunk phones with their BERT features (zeros for English),
   the prompt tokens, then the autoregressive decode (upstream's sampling order, EOS rules, limits);
+- "bert" (oneshot, Chinese text only): chinese-roberta's features of the transcript's and the chunk's
+  Chinese pieces (English pieces read zeros, as upstream);
 - "sovits" (oneshot): style vector from the reference spectrogram (+ speaker embedding), the decoder on
   the new tokens and the chunk's phones (not the transcript's), prior noise x 0.5 from the request's
   generator, speed by interpolating the encoder output; then peak-normalised if above 1 and followed by
   upstream's 0.3 s fragment interval.
 The reference is resampled by the pipeline to 32 kHz with torchaudio's sinc (as upstream reads it for the
 spectrogram); the 16 kHz copies are made here (soxr HQ for HuBERT, as librosa.load; sinc for the speaker
-model, as upstream). Text is English only (english.py); the reference transcript must be English too.
+model, as upstream).
+
+Text (frontend.py): language "en" reads English (english.py); "zh" reads Chinese with English words
+(upstream's "all_zh": chinese.py, with G2PW when the model folder has it, else upstream's pypinyin path).
+The transcript is read as "zh" when it holds Chinese characters, else as English, so a Chinese voice can
+speak English and the other way round (upstream asks for the prompt's language separately).
 """
 from __future__ import annotations
 
@@ -29,14 +36,16 @@ from ...runtime.lm.cache import make_cache, peak_bytes
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.sampling import check_sampling
-from . import english
-from .loader import GPTSoVITS
+from . import english, frontend
+from .g2pw import G2PW, read_polyphonic
+from .loader import BERT_DIR, GPTSoVITS
 from .sovits import linear_spectrogram
 from .speaker import fbank
 from .t2s import HZ, MAX_TOKENS, T2SSampling, generate
 
 SAMPLE_RATE = 32000
 SPLITS = set("，。？！,.?!~:：—…")
+CJK = re.compile(r"[\u4e00-\u9fff]")
 FRAGMENT_INTERVAL = 0.3
 MB = 1 << 20
 
@@ -44,7 +53,7 @@ MB = 1 << 20
 class GPTSoVITSEngine(Engine):
     engine_id = "gpt_sovits"
     capabilities = Capabilities(
-        sample_rate=SAMPLE_RATE, languages=("en",), cloning="required", transcript="required",
+        sample_rate=SAMPLE_RATE, languages=("en", "zh"), cloning="required", transcript="required",
         speed=(0.6, 1.65),                  # upstream's WebUI slider
         max_chunk_chars=200, reference_seconds=(3.0, 10.0),   # upstream refuses references outside 3-10 s
         reference_rate=SAMPLE_RATE, resampler="torchaudio_sinc")
@@ -55,6 +64,8 @@ class GPTSoVITSEngine(Engine):
                  name: str | None = None, min_unit_bytes: int | None = None, lexicon: dict | None = None) -> None:
         self.bundle = bundle
         self.lexicon = lexicon
+        self.g2pw: G2PW | None = None               # read on the first Chinese text
+        self.polyphonic: dict[str, list[str]] | None = None
         unit = {"min_unit_bytes": min_unit_bytes}
         self.t2s = ModelHandle(bundle.t2s, name="t2s", kind="sequence", **unit)
         self.sovits = ModelHandle(bundle.sovits, name="sovits", kind="oneshot", **unit)
@@ -65,6 +76,10 @@ class GPTSoVITSEngine(Engine):
         if bundle.speaker is not None:
             self.speaker = ModelHandle(bundle.speaker, name="speaker", kind="oneshot", **unit)
             handles.append(self.speaker)
+        self.bert = None
+        if bundle.bert is not None:
+            self.bert = ModelHandle(bundle.bert, name="bert", kind="oneshot", **unit)
+            handles.append(self.bert)
         super().__init__(manager, handles, device, name)
 
     # ---- estimates (from the request) ---------------------------------------------------------------------
@@ -113,17 +128,51 @@ class GPTSoVITSEngine(Engine):
         flow = frames * s.hidden_channels * 12 * size
         return enc + attn + style + dec + up + flow + samples * 4 * 2 + MB
 
+    def bert_memory(self, tokens: int) -> int:
+        c = self.bundle.bert.cfg
+        return (tokens * (6 * c.hidden_size + 2 * c.intermediate_size) + 3 * c.num_attention_heads * tokens * tokens) \
+            * self.size() + MB
+
     # ---- text ---------------------------------------------------------------------------------------------
     def lexicon_for(self) -> dict:
         if self.lexicon is None:
             self.lexicon = english.read_lexicon(self.bundle.text_dir)
         return self.lexicon
 
-    def text_ids(self, text: str, language: str) -> list[int]:
-        if language not in ("en", "auto"):
-            raise ValueError(f"GPT-SoVITS: language {language!r}: this engine reads English only")
-        ids, _ = english.phone_ids(text, self.lexicon_for())
-        return ids
+    def g2pw_for(self) -> tuple[G2PW | None, dict[str, list[str]] | None]:
+        """G2PW and upstream's polyphone table when the model folder has G2PWModel/ (else upstream's pypinyin
+        path: both None), read on the first Chinese text."""
+        if self.bundle.g2pw_dir is not None and self.g2pw is None:
+            self.polyphonic = read_polyphonic(self.bundle.text_dir)
+            self.g2pw = G2PW.from_folder(self.bundle.g2pw_dir, self.bundle.tokenizer)
+        return self.g2pw, self.polyphonic
+
+    def segments(self, text: str, language: str, what: str) -> list[frontend.Segment]:
+        if language not in ("en", "zh"):
+            raise ValueError(f"GPT-SoVITS: language {language!r}: this engine reads en and zh")
+        if language == "zh" and self.bundle.bert is None:
+            raise ValueError(f"GPT-SoVITS: {what} is Chinese, which needs {BERT_DIR}/ (its BERT features) in "
+                             f"pretrained_models/ beside the voice folder (or inside it); none was found")
+        lexicon = self.lexicon_for() if language == "en" or re.search("[A-Za-z]", text) else None
+        g2pw, polyphonic = self.g2pw_for() if language == "zh" else (None, None)
+        return frontend.phones_and_bert_inputs(text, language, lexicon, g2pw, polyphonic)
+
+    def features(self, ctx: RequestContext, segments: list[frontend.Segment]) -> Tensor:
+        """[1024, phones]: BERT features of the Chinese pieces (phase "bert"), zeros for English ones."""
+        chinese = [len(s.norm_text) + 2 for s in segments if s.language == "zh" and s.phone_ids]
+        if not chinese:
+            return frontend.bert_features(segments, None, None)
+        limit = self.bundle.bert.cfg.max_position_embeddings
+        if max(chinese) > limit:
+            raise ValueError(f"GPT-SoVITS: a Chinese piece of {max(chinese) - 2} characters after normalisation; "
+                             f"its BERT reads at most {limit - 2} at once (shorten the sentence)")
+
+        def run() -> Tensor:
+            with torch.inference_mode():
+                return frontend.bert_features(segments, self.bundle.tokenizer,
+                                              lambda ids: self.bundle.bert(ids.to(self.bert.device)))
+
+        return ctx.run("bert", [self.bert], run, memory=self.bert_memory(max(chinese)))
 
     # ---- the phases ---------------------------------------------------------------------------------------
     def prompt(self, ctx: RequestContext, chunk: Chunk) -> dict[str, Any]:
@@ -159,9 +208,12 @@ class GPTSoVITSEngine(Engine):
 
         tokens, emb = ctx.run("reference", handles, run, memory=self.reference_memory(hub16.numel()))
         text = chunk.reference_text.strip("\n")
+        language = "zh" if CJK.search(text) else "en"
         if text[-1] not in SPLITS:
-            text += "."
-        prompt = {"tokens": tokens, "sv": emb, "spec": spec, "ids": self.text_ids(text, chunk.language)}
+            text += "." if language == "en" else "。"
+        segments = self.segments(text, language, "the reference transcript")
+        prompt = {"tokens": tokens, "sv": emb, "spec": spec, "ids": [i for s in segments for i in s.phone_ids],
+                  "bert": self.features(ctx, segments)}
         chunk.cache["gpt_sovits_prompt"] = prompt
         return prompt
 
@@ -181,17 +233,19 @@ class GPTSoVITSEngine(Engine):
         """TextPreprocessor.pre_seg_text for one segment: a leading "." for a short first segment, a final "."."""
         text = chunk.text.strip("\n")
         first = re.split("[" + "".join(re.escape(c) for c in SPLITS) + "]", text)[0].strip()
+        stop = "." if chunk.language == "en" else "。"
         if chunk.index == 0 and text[0] not in SPLITS and len(first) < 4:
-            text = "." + text
+            text = stop + text
         if text[-1] not in SPLITS:
-            text += "."
+            text += stop
         return text
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         p = self.prompt(ctx, chunk)
-        ids = self.text_ids(self.chunk_text(chunk), chunk.language)
+        segments = self.segments(self.chunk_text(chunk), chunk.language, "the text")
+        ids = [i for s in segments for i in s.phone_ids]
         all_ids = torch.tensor([p["ids"] + ids], dtype=torch.long)
-        bert = torch.zeros(1, 1024, all_ids.shape[1])        # English: upstream's BERT features are zeros
+        bert = torch.cat([p["bert"], self.features(ctx, segments)], dim=1)[None]
         prompt = p["tokens"][None]
         s = self.sampling(chunk)
         c = self.bundle.t2s.cfg

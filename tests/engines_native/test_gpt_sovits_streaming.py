@@ -1,7 +1,7 @@
 """GPT-SoVITS v2 (tiny upstream-layout folder) through the Speak pipeline on the strict simulated device:
 resident, all units streamed and half-resident give audio `torch.equal` to a plain CPU run over two chunks
-(the reference prompt computed once per request), and no phase (reference, t2s, sovits) allocates more than
-its estimate. v2Pro runs the same checks in test_conformance.py (tiny.conformance_case)."""
+of Chinese with English words after a Chinese transcript (the reference prompt computed once per request),
+and no phase (reference, bert, t2s, sovits) allocates more than its estimate. v2Pro runs the same checks in test_conformance.py (tiny.conformance_case)."""
 from __future__ import annotations
 
 import pytest
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def request() -> SpeakRequest:
     t = torch.arange(32000 * 4) / 32000
     wav = 0.3 * torch.sin(2 * torch.pi * 210 * t) * (1 + torch.sin(2 * torch.pi * 2 * t)) / 2
-    text = "Hello world, the quick fox and the dog. " * 3 + "The cat, too! " * 8   # over 200 characters: two chunks
-    return SpeakRequest(text, seed=9, language="en",
-                        reference={"waveform": wav[None, None], "sample_rate": 32000}, reference_text="Good day",
+    text = "今天天气很好，我们去公园散步吧。Hello world! " * 8     # over 200 characters: two chunks
+    return SpeakRequest(text, seed=9, language="zh",
+                        reference={"waveform": wav[None, None], "sample_rate": 32000}, reference_text="你好，朋友",
                         options={"top_k": 20, "temperature": 0.9})
 
 
@@ -51,7 +51,7 @@ def test_streamed_half_and_resident_equal_plain_and_estimates_cover_peaks(setup)
     load, plain = setup
     probe = SPEC.build(load, ModelManager(DeviceService(simulate={"cpu": 1 << 34})))
     sizes = [(h.size_bytes, h.min_working_set) for h in probe.handles]
-    assert [h.name for h in probe.handles] == ["t2s", "sovits", "hubert"] and probe.t2s.kind == "sequence"
+    assert [h.name for h in probe.handles] == ["t2s", "sovits", "hubert", "bert"] and probe.t2s.kind == "sequence"
     total = sum(s for s, _ in sizes)
     engine, devices = build(load, 4 * total + 256 * MB)
     resident, meta = synthesize(engine, request())

@@ -33,7 +33,7 @@ from text import cleaned_text_to_sequence  # noqa: E402
 from text.cleaner import clean_text  # noqa: E402
 from text.symbols2 import symbols  # noqa: E402
 
-from mizuoto.nodes.gpt_sovits import english  # noqa: E402
+from mizuoto.nodes.gpt_sovits import english, frontend  # noqa: E402
 
 CASES = [
     "Hello world.",
@@ -65,7 +65,8 @@ table = {i: s for s, i in english.symbols().items()}
 cases, used = {}, set()
 for text in CASES:
     want, norm = upstream(text)
-    ids, mine_norm = english.phone_ids(text, lexicon)
+    (segment,) = frontend.phones_and_bert_inputs(text, "en", lexicon)
+    ids, mine_norm = segment.phone_ids, segment.norm_text
     got = [table[i] for i in ids]
     status = "equal" if (got, mine_norm) == (want, norm) else "DIFFERENT"
     print(f"{status}: {text!r}\n  upstream {want}\n  ours     {got}")

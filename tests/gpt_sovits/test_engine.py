@@ -1,5 +1,6 @@
 """GPT-SoVITS loader and engine on tiny upstream-layout folders (tiny.py): the restricted unpickler for s2G
-files, errors that name the file and field, and speech through the Speak pipeline for v2 and v2Pro."""
+files, errors that name the file and field, and speech through the Speak pipeline for v2 and v2Pro, in
+English and in Chinese (with upstream's pypinyin path, and with G2PW when the folder has G2PWModel/)."""
 from __future__ import annotations
 
 import io
@@ -13,7 +14,7 @@ import torch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-from mizuoto.nodes.common.checkpoint import load_pickle_with_records
+from mizuoto.nodes.common.checkpoint import ModelFolderError, load_pickle_with_records
 from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.common.registry import LoadRequest, discover
 from mizuoto.nodes.gpt_sovits import loader
@@ -41,7 +42,7 @@ def reference(seconds: float = 3.2) -> dict:
 
 def speak(folder: Path, text: str = "Hello world.", seed: int = 1, **kw) -> torch.Tensor:
     engine = SPEC.build(LoadRequest("tiny", folder, torch.float32, torch.device("cpu")), ModelManager(DeviceService()))
-    request = SpeakRequest(text, seed=seed, language="en", reference=kw.pop("ref", reference()),
+    request = SpeakRequest(text, seed=seed, language=kw.pop("language", "en"), reference=kw.pop("ref", reference()),
                            reference_text=kw.pop("reference_text", "Good day."), **kw)
     wav, _ = synthesize(engine, request)
     return wav
@@ -230,3 +231,64 @@ def test_missing_lexicon_is_a_clear_error(root, tmp_path):
     shutil.rmtree(tmp_path / "pretrained_models" / "text")
     with pytest.raises(FileNotFoundError, match="cmudict.rep"):
         speak(folder)
+
+
+ZH = "今天天气很好，我们一起去公园吧。Hello world!"
+
+
+def test_speaks_chinese_with_english_words(root):
+    folder = root / "tiny-v2"
+    a = speak(folder, ZH, seed=3, language="zh", reference_text="你好，朋友")
+    assert a.dim() == 1 and a.numel() > 32000 * 0.3 and bool(torch.isfinite(a).all())
+    assert torch.equal(a, speak(folder, ZH, seed=3, language="zh", reference_text="你好，朋友"))
+    # a Chinese transcript is read as Chinese under English text too (cross-lingual cloning)
+    assert not torch.equal(speak(folder, seed=3, reference_text="你好，朋友"), speak(folder, seed=3))
+
+
+def test_chinese_needs_roberta(root, tmp_path):
+    folder = copy_voice(root, tmp_path)
+    shutil.rmtree(tmp_path / "pretrained_models" / "chinese-roberta-wwm-ext-large")
+    speak(folder)                                           # English reads zero BERT features: still fine
+    with pytest.raises(ValueError, match="chinese-roberta-wwm-ext-large"):
+        speak(folder, ZH, language="zh")
+    with pytest.raises(ValueError, match="reference transcript is Chinese"):
+        speak(folder, reference_text="你好，朋友")
+
+
+def test_g2pw_model_folder_is_used(root, tmp_path):
+    folder = copy_voice(root, tmp_path)
+    fixtures = Path(__file__).parent / "fixtures"
+    shutil.copytree(fixtures / "g2pw_model", tmp_path / "pretrained_models" / "G2PWModel")
+    engine = SPEC.build(LoadRequest("tiny", folder, torch.float32, torch.device("cpu")), ModelManager(DeviceService()))
+    with pytest.raises(ModelFolderError, match="polyphonic.rep"):
+        engine.segments("银行", "zh", "the text")           # G2PW reads upstream's polyphone tables too
+    shutil.copytree(fixtures / "g2pw_text" / "g2pw", tmp_path / "pretrained_models" / "text" / "g2pw")
+    engine.segments("银行", "zh", "the text")
+    assert engine.g2pw is not None and engine.polyphonic
+    request = SpeakRequest(ZH, seed=3, language="zh", reference=reference(), reference_text="你好，朋友")
+    wav, _ = synthesize(engine, request)
+    assert bool(torch.isfinite(wav).all()) and wav.numel() > 0
+
+
+# A slice of lj1995/GPT-SoVITS's file list (pretrained pairs of every version, the shared models).
+HUB = ["README.md", "s1bert25hz-2kh-longer-epoch=68e-step=50232.ckpt", "s2G488k.pth", "s1v3.ckpt", "s2Gv3.pth",
+       "gsv-v2final-pretrained/s1bert25hz-5kh-longer-epoch=12-step=369668.ckpt", "gsv-v2final-pretrained/s2G2333k.pth",
+       "gsv-v2final-pretrained/s2D2333k.pth", "gsv-v4-pretrained/s2Gv4.pth", "v2Pro/s2Gv2Pro.pth", "v2Pro/s2Dv2Pro.pth",
+       "v2Pro/s2Gv2ProPlus.pth", "v2Pro/s2Dv2ProPlus.pth", "sv/pretrained_eres2netv2w24s4ep4.ckpt",
+       "chinese-hubert-base/config.json", "chinese-hubert-base/preprocessor_config.json",
+       "chinese-hubert-base/pytorch_model.bin", "chinese-roberta-wwm-ext-large/config.json",
+       "chinese-roberta-wwm-ext-large/pytorch_model.bin", "chinese-roberta-wwm-ext-large/tokenizer.json"]
+
+
+@pytest.mark.parametrize("name,sovits", [("GPT-SoVITS-v2", "s2G2333k.pth"), ("GPT-SoVITS-v2Pro", "s2Gv2Pro.pth"),
+                                         ("GPT-SoVITS-v2ProPlus", "s2Gv2ProPlus.pth")])
+def test_download_entries_make_a_voice_folder(tmp_path, name, sovits):
+    (download,) = SPEC.models[name]
+    files = {download.destination(f) for f in HUB if download.wants(f)}
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).touch()
+    gpt, pth = loader.pair(tmp_path)
+    assert pth.name == sovits and gpt.name.endswith(".ckpt") and SPEC.is_model_folder(tmp_path)
+    assert {f.split("/")[0] for f in files if "/" in f} == (
+        {"chinese-hubert-base", "chinese-roberta-wwm-ext-large"} | ({"sv"} if "Pro" in name else set()))

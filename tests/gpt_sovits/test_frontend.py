@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mizuoto.nodes.gpt_sovits import english
+from mizuoto.nodes.gpt_sovits import english, frontend
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "english.json").read_text(encoding="utf-8"))
 # Upstream decides these through NLTK's POS tagger (homograph "resume") and wordsegment + g2p_en's neural
@@ -29,7 +29,8 @@ def lexicon(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("text", sorted(FIXTURE["cases"]))
 def test_symbols_equal_upstream(lexicon, text):
     case = FIXTURE["cases"][text]
-    ids, norm = english.phone_ids(text, lexicon)
+    (segment,) = frontend.phones_and_bert_inputs(text, "en", lexicon)
+    ids, norm = segment.phone_ids, segment.norm_text
     table = {i: s for s, i in english.symbols().items()}
     got = [table[i] for i in ids]
     assert case["equal"] == (text not in KNOWN_DIFFERENT)

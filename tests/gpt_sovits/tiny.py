@@ -304,12 +304,12 @@ def sovits_weights(version: str, seed: int = SEED) -> dict[str, torch.Tensor]:
 
 def write_folder(root: Path, version: str = "v2", seed: int = SEED, self_contained: bool = False) -> Path:
     """A complete tiny voice `root/tiny-<version>` (+ the shared pretrained_models beside it, or, when
-    `self_contained`, HuBERT / sv / text inside the voice folder and no RoBERTa)."""
+    `self_contained`, HuBERT / RoBERTa / sv / text inside the voice folder)."""
     root = Path(root)
     folder = root / f"tiny-{version}"
     folder.mkdir(parents=True, exist_ok=True)
     if self_contained:
-        write_shared(folder, seed, bert=False, inside=True)
+        write_shared(folder, seed, inside=True)
     else:
         write_shared(root, seed)
     save_t2s(folder / "s1tiny-e15.ckpt", t2s_weights(seed))
@@ -318,13 +318,14 @@ def write_folder(root: Path, version: str = "v2", seed: int = SEED, self_contain
 
 
 def conformance_case(root: Path):
-    """A v2Pro voice speaking English after a 3 s reference (tests/engines_native/test_conformance.py)."""
+    """A v2Pro voice speaking Chinese with an English word after a 3 s reference and a Chinese transcript
+    (tests/engines_native/test_conformance.py): every phase runs, "bert" included."""
     from conformance import Case
 
     from mizuoto.nodes.common.pipeline import SpeakRequest
     t = torch.arange(32000 * 3) / 32000
     wav = 0.3 * torch.sin(2 * torch.pi * 190 * t) * (1 + torch.sin(2 * torch.pi * 2 * t)) / 2
     folder = write_folder(Path(root), "v2Pro", self_contained=True)     # its config files inside the folder
-    return Case(folder, SpeakRequest("Hello.", seed=5, language="en",
+    return Case(folder, SpeakRequest("你好，我是一二三。Hello!", seed=5, language="zh",
                                      reference={"waveform": wav[None, None], "sample_rate": 32000},
-                                     reference_text="Good day."))
+                                     reference_text="你好。"))
