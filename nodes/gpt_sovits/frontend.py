@@ -147,10 +147,11 @@ def phone_features(hidden: Tensor, word2ph: list[int]) -> Tensor:
     return chars.repeat_interleave(torch.tensor(word2ph, device=chars.device), dim=0).T
 
 
-def bert_features(segments: list[Segment], tokenizer: Tokenizer, bert: Callable[[Tensor], Tensor]) -> Tensor:
+def bert_features(segments: list[Segment], tokenizer: Tokenizer | None,
+                  bert: Callable[[Tensor], Tensor] | None) -> Tensor:
     """The BERT features of all segments, [BERT_WIDTH, phones], fp32 on the CPU (upstream keeps the BERT's
     dtype; the T2S reads them in its own): Chinese segments through `bert` (CPU ids [1, T] -> hidden [1, T, H]
-    on any device), English ones zeros, as get_bert_inf. A Chinese piece with nothing left to read (such as
+    on any device), English ones zeros, as get_bert_inf (tokenizer and bert may be None without Chinese). A Chinese piece with nothing left to read (such as
     "Café", see above) gives no columns, where upstream's torch.cat of nothing fails."""
     parts = []
     for seg in segments:
