@@ -50,6 +50,16 @@ RAS_TEMPERATURE, RAS_TOP_P = 1.0, 0.9
 SPEAKER_TAG = re.compile(r"(<\|speaker:\d+\|>)")
 
 
+def _check_shared(temperature: float, top_p: float, max_new_tokens: int) -> None:
+    """The limits S1 and S2 sampling share (upstream's ranges)."""
+    if not 0 < temperature < 2:
+        raise ValueError(f"temperature: expected in (0, 2), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
+    if int(max_new_tokens) < 2:
+        raise ValueError(f"max_new_tokens: expected >= 2, got {max_new_tokens}")
+
+
 @dataclass
 class Sampling:
     do_sample: bool = True
@@ -59,14 +69,9 @@ class Sampling:
     max_new_tokens: int = 1024
 
     def validate(self) -> None:
-        if not 0 < self.temperature < 2:
-            raise ValueError(f"temperature: expected in (0, 2), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p: expected in (0, 1], got {self.top_p}")
+        _check_shared(self.temperature, self.top_p, self.max_new_tokens)
         if not 0 < self.repetition_penalty < 2:
             raise ValueError(f"repetition_penalty: expected in (0, 2), got {self.repetition_penalty}")
-        if int(self.max_new_tokens) < 2:
-            raise ValueError(f"max_new_tokens: expected >= 2, got {self.max_new_tokens}")
 
 
 @dataclass
@@ -79,14 +84,9 @@ class S2Sampling:
     max_new_tokens: int = 1024
 
     def validate(self) -> None:
-        if not 0 < self.temperature < 2:
-            raise ValueError(f"temperature: expected in (0, 2), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p: expected in (0, 1], got {self.top_p}")
+        _check_shared(self.temperature, self.top_p, self.max_new_tokens)
         if int(self.top_k) < 1:
             raise ValueError(f"top_k: expected >= 1, got {self.top_k}")
-        if int(self.max_new_tokens) < 2:
-            raise ValueError(f"max_new_tokens: expected >= 2, got {self.max_new_tokens}")
 
 
 def _bf16(x: float) -> Tensor:
