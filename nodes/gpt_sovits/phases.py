@@ -36,7 +36,7 @@ from ...runtime.lm.cache import make_cache, peak_bytes
 from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.sampling import check_sampling
-from . import english, frontend
+from . import chinese, english, frontend
 from .g2pw import G2PW, read_polyphonic
 from .loader import BERT_DIR, GPTSoVITS
 from .sovits import linear_spectrogram
@@ -157,6 +157,17 @@ class GPTSoVITSEngine(Engine):
         g2pw, polyphonic = self.g2pw_for() if language == "zh" else (None, None)
         return frontend.phones_and_bert_inputs(text, language, lexicon, g2pw, polyphonic)
 
+    @staticmethod
+    def readable(segments: list[frontend.Segment]) -> bool:
+        """Anything but pauses: upstream's pre_seg_text skips pieces without word characters."""
+        pauses = {english.symbols()[p] for p in (*chinese.PUNCTUATION, "UNK")}
+        return any(i not in pauses for s in segments for i in s.phone_ids)
+
+    @staticmethod
+    def nothing_to_read(what: str, text: str, language: str) -> ValueError:
+        return ValueError(f"GPT-SoVITS: {what} {text!r} has nothing to read as {language} (only punctuation or "
+                          f"characters the {language} front end drops)")
+
     def features(self, ctx: RequestContext, segments: list[frontend.Segment]) -> Tensor:
         """[1024, phones]: BERT features of the Chinese pieces (phase "bert"), zeros for English ones."""
         chinese = [len(s.norm_text) + 2 for s in segments if s.language == "zh" and s.phone_ids]
@@ -212,6 +223,8 @@ class GPTSoVITSEngine(Engine):
         if text[-1] not in SPLITS:
             text += "." if language == "en" else "。"
         segments = self.segments(text, language, "the reference transcript")
+        if not self.readable(segments):
+            raise self.nothing_to_read("the reference transcript", text, language)
         prompt = {"tokens": tokens, "sv": emb, "spec": spec, "ids": [i for s in segments for i in s.phone_ids],
                   "bert": self.features(ctx, segments)}
         chunk.cache["gpt_sovits_prompt"] = prompt
@@ -243,6 +256,10 @@ class GPTSoVITSEngine(Engine):
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         p = self.prompt(ctx, chunk)
         segments = self.segments(self.chunk_text(chunk), chunk.language, "the text")
+        if not self.readable(segments):
+            if chunk.count == 1:
+                raise self.nothing_to_read("the text", chunk.text, chunk.language)
+            return torch.zeros(0)                   # a chunk of only symbols among others: skipped, as upstream
         ids = [i for s in segments for i in s.phone_ids]
         all_ids = torch.tensor([p["ids"] + ids], dtype=torch.long)
         bert = torch.cat([p["bert"], self.features(ctx, segments)], dim=1)[None]

@@ -3,6 +3,7 @@ files, errors that name the file and field, and speech through the Speak pipelin
 English and in Chinese (with upstream's pypinyin path, and with G2PW when the folder has G2PWModel/)."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import shutil
 import sys
@@ -243,6 +244,29 @@ def test_speaks_chinese_with_english_words(root):
     assert torch.equal(a, speak(folder, ZH, seed=3, language="zh", reference_text="你好，朋友"))
     # a Chinese transcript is read as Chinese under English text too (cross-lingual cloning)
     assert not torch.equal(speak(folder, seed=3, reference_text="你好，朋友"), speak(folder, seed=3))
+
+
+@pytest.mark.parametrize("text,language", [("😀！", "zh"), ("Café.", "zh"), ("……", "en")])
+def test_text_with_nothing_to_read_is_refused(root, text, language):
+    with pytest.raises(ValueError, match="the text .* has nothing to read"):
+        speak(root / "tiny-v2", text, language=language, reference_text="你好，朋友")
+
+
+@pytest.mark.parametrize("transcript", ["😀！", "……"])
+def test_transcript_with_nothing_to_read_is_refused(root, transcript):
+    with pytest.raises(ValueError, match="the reference transcript .* has nothing to read"):
+        speak(root / "tiny-v2", reference_text=transcript)
+
+
+def test_a_chunk_of_only_symbols_among_others_is_skipped(root):
+    text = "你好 Hello! " * 20 + "😀。"                      # the emoji sentence lands in a chunk of its own
+    engine = SPEC.build(LoadRequest("tiny", root / "tiny-v2", torch.float32, torch.device("cpu")),
+                        ModelManager(DeviceService()))
+    assert engine.split_text(text)[-1] == "😀。"
+    request = SpeakRequest(text, seed=2, language="zh", reference=reference(), reference_text="你好，朋友")
+    wav, meta = synthesize(engine, request)
+    alone, _ = synthesize(engine, dataclasses.replace(request, text=text[:-2]))
+    assert meta["chunks"] == 2 and torch.equal(wav, alone)    # the first chunk's audio and nothing more
 
 
 def test_chinese_needs_roberta(root, tmp_path):
