@@ -34,10 +34,25 @@ def load_script():
         sys.modules.pop(name, None)
 
 
+def pytest_addoption(parser):
+    # The kernel perturbations tests/test_golden_travel.py runs the golden-fixture tests under (with
+    # ATEN_CPU_CAPABILITY and MKL_CBWR in the environment): another machine picks other kernels.
+    parser.addoption("--threads", type=int, default=1,
+                     help="intra-op threads for tests using the one_thread fixture (default 1)")
+    parser.addoption("--mkldnn", choices=("on", "off"), default="on",
+                     help="off: torch.backends.mkldnn disabled (oneDNN convolutions off) for the whole run")
+
+
+def pytest_configure(config):
+    if config.getoption("--mkldnn") == "off":
+        torch.backends.mkldnn.enabled = False
+
+
 @pytest.fixture
-def one_thread():
-    """Tiny matrices: one intra-op thread is several times faster than two on a loaded 2-core machine."""
+def one_thread(request):
+    """Tiny matrices: one intra-op thread is several times faster than two on a loaded 2-core machine
+    (``--threads N`` changes the count, to show a golden comparison does not depend on it)."""
     n = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(request.config.getoption("--threads"))
     yield
     torch.set_num_threads(n)

@@ -1,0 +1,55 @@
+"""Golden fixtures travel: every ``golden`` test passes under the kernels another machine would pick.
+
+A fixture recorded on one CPU and compared bit for bit passes only there; tests/golden.py compares at
+stated bounds instead. This proves the bounds hold by perturbing, on this machine, what differs between
+machines: torch's CPU dispatch (ATEN_CPU_CAPABILITY), MKL's code path (MKL_CBWR=COMPATIBLE; MKL takes other
+kernels on AMD than on Intel), the intra-op thread count, and oneDNN convolutions. Each perturbation runs
+the golden tests in a fresh interpreter (the first two are read when torch loads)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+SUITES = ["indextts2", "gpt_sovits", "cosyvoice", "fish_speech"]   # the engines with recorded fixtures
+
+PERTURBATIONS = {
+    "aten-default": ({"ATEN_CPU_CAPABILITY": "default"}, []),
+    "aten-avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, []),
+    "mkl-compatible": ({"MKL_CBWR": "COMPATIBLE"}, []),
+    "two-threads": ({}, ["--threads", "2"]),
+    "mkldnn-off": ({}, ["--mkldnn", "off"]),
+}
+
+
+def golden_count() -> int:
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-m", "golden",
+                          *[str(TESTS / s) for s in SUITES]], capture_output=True, text=True, cwd=TESTS.parent)
+    found = re.search(r"(\d+)/\d+ tests collected|(\d+) tests? collected", out.stdout)
+    assert found, out.stdout[-2000:] + out.stderr[-2000:]
+    return int(found.group(1) or found.group(2))
+
+
+@pytest.fixture(scope="module")
+def expected_count() -> int:
+    n = golden_count()
+    assert n >= 30, f"only {n} golden tests collected"
+    return n
+
+
+@pytest.mark.parametrize("name", list(PERTURBATIONS))
+def test_golden_fixtures_pass_under(name, expected_count):
+    env_extra, options = PERTURBATIONS[name]
+    env = {**os.environ, **env_extra}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "golden", "-p", "no:warnings", *options,
+                           *[str(TESTS / s) for s in SUITES]], capture_output=True, text=True, env=env,
+                          cwd=TESTS.parent)
+    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, f"{name}: golden tests failed\n{tail}"
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed and int(passed.group(1)) == expected_count, f"{name}: not every golden test ran\n{tail}"
