@@ -95,9 +95,7 @@ class ModelHandle:
         if not self.managed:
             return
         self._buffers = {id(b) for b in self.module.buffers()}
-        for t in self._all_tensors():
-            if t.requires_grad:  # autocast caches casts of grad-requiring leaves: a copy of every streamed unit
-                t.requires_grad_(False)
+        for t in self._all_tensors():  # flags untouched: torch picks kernels by them (e.g. MHA's fast path)
             host = t.data if t.device.type == "cpu" else devices.to_host(t)
             self._host[id(t)] = host
             devices.offload(t, host, self.device)
@@ -333,6 +331,10 @@ class ModelHandle:
         def pre_hook(module, args):
             unit.depth += 1
             if unit.depth == 1:
+                # Autocast caches its casts of grad-requiring leaves for the whole region: without this a
+                # low-precision copy of every streamed unit would stay alive. Recasting gives the same values.
+                unit.autocast_cache = torch.is_autocast_cache_enabled()
+                torch.set_autocast_cache_enabled(False)
                 try:
                     self.streamer.acquire(self, unit)
                 except BaseException as e:
@@ -350,6 +352,7 @@ class ModelHandle:
     def _leave(self, unit: Unit) -> None:
         unit.depth -= 1
         if unit.depth == 0:
+            torch.set_autocast_cache_enabled(unit.autocast_cache)
             self.streamer.release(self, unit)
 
     def settle(self) -> None:

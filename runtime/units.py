@@ -65,6 +65,7 @@ class Unit:
     order: int
     hot: bool = False
     depth: int = 0  # nesting of active hooks: weights are swapped in while > 0
+    autocast_cache: bool = True  # the thread's autocast cache setting, restored when the unit is left
 
 
 @dataclass

@@ -343,16 +343,6 @@ def test_pinned_copies_are_made_outside_inference_mode(monkeypatch):
     assert not copy.is_inference()
 
 
-def test_managed_parameters_do_not_require_grad():
-    """Autocast caches its casts of grad-requiring leaves for the whole region: a half-precision
-    copy of every streamed unit would stay alive."""
-    manager = sim_manager(256 * MB)
-    model = TinyDiT(depth=2)
-    assert all(p.requires_grad for p in model.parameters())
-    manager.register(ModelHandle(model, "dit"), engine="test", device="cpu")
-    assert not any(p.requires_grad for p in model.parameters())
-
-
 # ---- calibration under concurrency, device names ------------------------------------------------------
 def test_calibration_ignores_phases_that_overlapped_on_the_device(tmp_path):
     devices = DeviceService(simulate={"cpu": 512 * MB}, strict=True)
