@@ -51,6 +51,7 @@ class ModelManager:
             arbiter.lock = self._cond
         self._owners: dict[ModelHandle, object] = {}  # handle -> request using it
         self._working: dict[object, int] = {}         # request -> working memory of its current phase (gpu_jobs)
+        self._waiting: dict[object, list[ModelHandle]] = {}  # request -> components it waits for (in use)
 
     @property
     def lock(self) -> threading.Condition:
@@ -122,10 +123,12 @@ class ModelManager:
         """Place a phase's components for `memory` bytes of working memory; marks them in use."""
         decisions: dict[str, dict] = {}
         policy = getattr(owner, "policy", None) or self._policy
+        owner = owner if owner is not None else threading.current_thread()  # calls without a request: per thread
         with self._cond:
             for h in handles:
                 if h not in self.handles:
                     raise ValueError(f"load: component {h.name!r} is not registered with this manager")
+            self._wait_for_components(handles, owner)
             for h in handles:  # in use before placement starts: no upkeep or other request takes them meanwhile
                 h.in_use += 1
                 h.async_offload = policy.get("compute.async_offload")
@@ -142,6 +145,47 @@ class ModelManager:
             for h in handles:
                 h.touch()
         return decisions
+
+    def _wait_for_components(self, handles: list[ModelHandle], owner: object) -> None:
+        """Wait (cancellable) while another request uses one of `handles`: placing it for this request
+        would move its weights under the other's forward, and its units' streaming state is per use."""
+        busy = self._busy(handles, owner)
+        if not busy:
+            return
+        log.info("waiting for %s, in use by another request", ", ".join(h.name for h in busy))
+        self._waiting[owner] = handles
+        try:
+            while busy:
+                cycle = self._waits_on(owner, busy)
+                if cycle:
+                    raise RuntimeError(
+                        f"requests wait for each other: this one needs {', '.join(h.name for h in busy)} while "
+                        f"holding {', '.join(h.name for h in cycle)} that the other needs; use the components "
+                        f"of one phase together (one ctx.use) rather than nesting phases in different orders")
+                if getattr(owner, "cancelled", False):
+                    raise Cancelled("request cancelled while waiting for a component in use")
+                self._cond.wait(timeout=0.1)
+                busy = self._busy(handles, owner)
+        finally:
+            del self._waiting[owner]
+
+    def _busy(self, handles: list[ModelHandle], owner: object) -> list[ModelHandle]:
+        return [h for h in handles if h.in_use and self._owners.get(h) is not owner]
+
+    def _waits_on(self, owner: object, busy: list[ModelHandle]) -> list[ModelHandle]:
+        """Components `owner` holds that the holders of `busy` wait for, directly or through others."""
+        seen, frontier = set(), [self._owners[h] for h in busy]
+        while frontier:
+            other = frontier.pop()
+            if id(other) in seen:
+                continue
+            seen.add(id(other))
+            wanted = self._waiting.get(other, [])
+            mine = [h for h in wanted if h.in_use and self._owners.get(h) is owner]
+            if mine:
+                return mine
+            frontier += [self._owners[h] for h in wanted if h.in_use and h in self._owners]
+        return []
 
     def release(self, handles: list[ModelHandle]) -> None:
         with self._cond:

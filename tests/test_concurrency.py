@@ -2,16 +2,19 @@
 release_device and the panel's route under the manager's lock; two requests on one model take turns."""
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
 from mizuoto.nodes.common.pack_runtime import build_runtime, use_runtime
 from mizuoto.nodes.common.pipeline import SpeakRequest, speak
 from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, VramPolicy
+from mizuoto.runtime.phases import Cancelled
 from mizuoto.runtime.service import RuntimeService
 from toy_models import TinyDiT
 
@@ -71,3 +74,95 @@ def test_two_threads_on_one_model_take_turns(runtime, load_script):
     counts = stress.two_threads(model, requests, [speak(model, r)[0] for r in requests], each=3)
     assert not counts["failures"], counts["failures"][:3]
     assert counts["exact"] == 6
+
+
+# ---- two requests over one component, straight through the manager ---------------------------------
+def shared_dit(capacity_share: float):
+    torch.manual_seed(0)
+    model = TinyDiT(depth=6).eval()
+    handle = ModelHandle(model, "dit", "oneshot", min_unit_bytes=16 << 10, tiny_unit_bytes=16 << 10)
+    capacity = int(handle.size_bytes * capacity_share) + 8 * MB
+    manager = ModelManager(DeviceService(simulate={"cpu": capacity}, strict=True), VramPolicy({"compute.gpu_jobs": 2}))
+    manager.register(handle, engine="test")
+    return model, handle, manager
+
+
+@pytest.mark.parametrize("share", [0.5, 2.0])   # half streamed, fully resident
+def test_two_threads_requesting_one_strict_component_get_the_serial_result(share):
+    """A request needing a component another request uses waits for it: placing it meanwhile would move
+    weights under the other's forward (a StrictDeviceError, or silently wrong samples off the strict device)."""
+    model, handle, manager = shared_dit(share)
+    x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(2))
+
+    def one(i: int) -> torch.Tensor:
+        with manager.request(seed=i) as ctx, torch.no_grad():
+            return ctx.run("dit", [handle], lambda: model(x, torch.full((1,), float(i % 4))), memory=MB)
+
+    serial = [one(i) for i in range(4)]
+    assert handle.partial == (share < 1)
+    results, errors = {}, []
+    start = threading.Barrier(2)
+
+    def worker(t: int):
+        start.wait()
+        for i in range(40):
+            try:
+                results[t, i] = one(i)
+            except Exception as e:   # noqa: BLE001 - every failure is reported below
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors[:3]
+    assert len(results) == 80 and all(torch.equal(out, serial[i % 4]) for (_, i), out in results.items())
+    assert handle.in_use == 0 and not manager._waiting
+
+
+def test_a_request_waiting_for_a_component_can_be_cancelled_and_crossed_waits_are_an_error():
+    _, handle, manager = shared_dit(2.0)
+    other = manager.register(ModelHandle(nn.Linear(8, 8), "other"), engine="test")
+    holding, done = threading.Event(), threading.Event()
+
+    def hold():
+        with manager.request() as ctx, ctx.use([handle]):
+            holding.set()
+            done.wait(timeout=30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    holding.wait(timeout=30)
+    cancel = threading.Event()
+    cancel.set()
+    with manager.request(cancel=cancel) as ctx:
+        with pytest.raises(Cancelled, match="waiting for a component in use"):
+            manager.load([handle], owner=ctx)
+    done.set()
+    t.join(timeout=30)
+
+    # A holds `handle` and waits for `other`; B holds `other` and waits for `handle`: B is told, not hung.
+    a_holds, b_holds, a_waits = threading.Event(), threading.Event(), threading.Event()
+    outcome = {}
+
+    def a():
+        with manager.request() as ctx, ctx.use([handle]):
+            a_holds.set()
+            b_holds.wait(timeout=30)
+            a_waits.set()
+            with ctx.use([other]):
+                outcome["a"] = "ran"
+
+    ta = threading.Thread(target=a)
+    ta.start()
+    with manager.request() as ctx, ctx.use([other]):
+        b_holds.set()
+        a_waits.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while not manager._waiting and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(RuntimeError, match="requests wait for each other"):
+            manager.load([handle], owner=ctx)
+    ta.join(timeout=30)
+    assert outcome == {"a": "ran"} and handle.in_use == other.in_use == 0
