@@ -59,6 +59,14 @@ def model_folder(spec: EngineSpec, name: str, progress: Callable[[int, int], Non
                             f"by hand, put the files of {repos} into {dest}") from None
 
 
+def current_name(spec: EngineSpec, name: str) -> str:
+    """A model's name as the loader lists it today: an earlier name of a known model maps to its new one,
+    unless a local folder still has the old name."""
+    if name in spec.renamed and name not in local_models(spec):
+        return spec.renamed[name]
+    return name
+
+
 def check_choice(name: str, value: object, choices: list[str]) -> None:
     if value not in choices:
         raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
@@ -75,6 +83,7 @@ def load(spec: EngineSpec, model: str | None, precision: str, device: str,
     if not spec.embedded:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model: expected a model name from models/TTS/{spec.engine_id}/, got {model!r}")
+        model = current_name(spec, model)
         folder = model_folder(spec, model, progress)
         if not spec.is_model_folder(folder):
             raise ValueError(f"model: {folder} is not a complete {spec.display_name} model folder")
@@ -100,10 +109,17 @@ def loader_node(spec: EngineSpec) -> type:
         def load_node(self, model: str, precision: str, device: str, unique_id=None) -> tuple[LoadedModel]:
             return (load(spec, model, precision, device, progress_bar(unique_id)),)
 
+    def validate_inputs(cls, model: str) -> bool | str:
+        """ComfyUI's list check for `model`, plus the earlier names saved workflows still hold (ComfyUI
+        skips its own check for an input named here)."""
+        choices = model_choices(spec)
+        return model in choices or model in spec.renamed or f"expected one of {choices}, got {model!r}"
+
     description = " ".join(p for p in (spec.description, f"Weights: {spec.license}." if spec.license else "") if p)
+    extra = {"VALIDATE_INPUTS": classmethod(validate_inputs)} if not spec.embedded else {}
     return type(spec.loader_node, (), {
         "__doc__": f"{spec.loader_title}: {description}",
         "CATEGORY": CATEGORY, "RETURN_TYPES": ("MIZUOTO_TTS",), "RETURN_NAMES": ("model",),
         "FUNCTION": "load", "DESCRIPTION": description or spec.loader_title,
-        "INPUT_TYPES": classmethod(input_types), "load": load_node,
+        "INPUT_TYPES": classmethod(input_types), "load": load_node, **extra,
     })

@@ -75,6 +75,8 @@ class EngineSpec:
     build: Callable[[LoadRequest, ModelManager], Engine]
     is_model_folder: Callable[[Path], bool] | None = None   # None: the engine has no model folder (embedded)
     models: dict[str, tuple[Download, ...]] = field(default_factory=dict)   # known upstream models
+    # earlier names of known models -> today's: a saved workflow's widget value is kept like a node id
+    renamed: dict[str, str] = field(default_factory=dict)
     languages: tuple[str, ...] = ("auto",)              # every language its models may speak (Speak's choices)
     precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")  # first is the loader's default
     loader_display: str = ""                            # "Load Qwen3-TTS" by default
@@ -85,6 +87,10 @@ class EngineSpec:
         unknown = [p for p in self.precisions if p not in PRECISIONS]
         if unknown:
             raise ValueError(f"{self.engine_id}: unknown precisions {unknown}; expected some of {list(PRECISIONS)}")
+        stale = {old: new for old, new in self.renamed.items() if new not in self.models}
+        if stale:
+            raise ValueError(f"{self.engine_id}: renamed models point at unknown names {stale}; expected some of "
+                             f"{list(self.models)}")
 
     @property
     def embedded(self) -> bool:

@@ -34,6 +34,7 @@ ENGINE = EngineSpec(
                 ("GPT-SoVITS-v2ProPlus", ("s1v3.ckpt", "v2Pro/s2Gv2ProPlus.pth", *SHARED, SV)),
                 ("GPT-SoVITS-v2", ("gsv-v2final-pretrained/s1bert25hz-5kh-longer-epoch=12-step=369668.ckpt",
                                    "gsv-v2final-pretrained/s2G2333k.pth", *SHARED)))},
+    renamed={"v2Pro": "GPT-SoVITS-v2Pro", "v2ProPlus": "GPT-SoVITS-v2ProPlus", "v2": "GPT-SoVITS-v2"},
     precisions=("fp32", "fp16", "bf16"),
     description="GPT-SoVITS v2 / v2Pro / v2ProPlus voice cloning (3-10 s reference audio + its transcript; Chinese "
                 "with English words, or English). A model folder models/TTS/gpt_sovits/<voice>/ holds one GPT "

@@ -224,6 +224,18 @@ def test_workflow_templates_list_our_examples(server):
             assert len(loader["widgets_values"]) == len(required), (name, loader["widgets_values"])
             for (input_name, (choices, *_)), value in zip(required.items(), loader["widgets_values"]):
                 assert isinstance(choices, list) and value in choices, (name, loader["type"], input_name, value)
+        # every node's saved combo values, ComfyUI's own nodes included, are among the server's choices;
+        # file pickers (uploads, model lists) list the test server's empty folders and are left out
+        for node in graph["nodes"]:
+            spec = info.get(node["type"], {}).get("input", {})
+            inputs = {**spec.get("required", {}), **spec.get("optional", {})}
+            for input_name, value in node.get("widgets_values_named", {}).items():
+                choices, options = (inputs.get(input_name) or [None])[0], (inputs.get(input_name) or [None, {}])[-1]
+                if choices == "COMBO":   # the newer schema: choices in the options
+                    choices = (options or {}).get("options")
+                picker = not choices or any(k.endswith("_upload") for k in (options or {}))
+                if isinstance(choices, list) and not picker:
+                    assert value in choices, (name, node["type"], input_name, value)
         assert any(n["type"] == "MizuotoSpeak" for n in graph["nodes"]), f"{name}: no MizuotoSpeak"
         assert any(src == "MizuotoSpeak" and dst in audio_outputs and inp == "audio" for src, dst, inp in linked), \
             f"{name}: MizuotoSpeak feeds no audio output node ({linked})"
