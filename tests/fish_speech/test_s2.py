@@ -3,8 +3,8 @@
 Against golden_s2.pt, written by s2_golden.py running the head's own classes on the same tiny checkpoint
 (tiny.write_tiny_s2, regenerated here from the same seed): tokenisation (transformers' AutoTokenizer
 there, `tokenizers` here), the chat prompts, greedy and sampled codes with and without a reference
-(Repetition Aware Sampling firing in one of them), the codec's reference codes and audio; all
-`torch.equal` in float32. Plus the loader's S2 layout (sharded safetensors under S2's names) and its
+(Repetition Aware Sampling firing in one of them), the codec's reference codes and audio in float32:
+integers equal, audio within a stated bound (tests/golden.py: a recording travels to other CPUs). Plus the loader's S2 layout (sharded safetensors under S2's names) and its
 errors, and the engine speaking through the registry."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fish_speech import s2_golden
+from golden import assert_close
 from fish_speech.tiny import write_tiny_s2
 from mizuoto.nodes.common.engine import Chunk, Reference
 from mizuoto.nodes.fish_speech import ENGINE
@@ -41,6 +42,7 @@ def bundle(folder):
     return load_fish_speech(folder, torch.float32)
 
 
+@pytest.mark.golden
 def test_tokenisation_equals_the_heads(bundle):
     tok = bundle.tokenizer
     assert bundle.is_s2
@@ -50,6 +52,10 @@ def test_tokenisation_equals_the_heads(bundle):
         assert tok.encode(text) == ids, text
 
 
+# Codes are integers out of fp32 logits (greedy argmax, or a draw against their cumulative sum), kept exact:
+# equal under every kernel perturbation of tests/test_golden_travel.py and on an AMD EPYC, where fp32 outputs
+# of the other engines moved by up to 9e-4; a flip would need two logits of a step within ~1e-6 of each other.
+@pytest.mark.golden
 @pytest.mark.parametrize("name", sorted(s2_golden.CASES))
 def test_prompt_and_codes_equal_the_heads(bundle, name):
     text, clone, options, seed = s2_golden.CASES[name]
@@ -80,10 +86,15 @@ def test_repetition_aware_sampling_fired(bundle, monkeypatch):
     assert not torch.equal(codes, GOLDEN["cases"]["clone_cold"]["codes"])
 
 
+@pytest.mark.golden
 def test_codec_audio_equals_the_heads(bundle):
     codes = GOLDEN["cases"]["clone_sampled"]["codes"][:, : s2_golden.AUDIO_FRAMES]
     with torch.inference_mode():
-        assert torch.equal(bundle.codec.decode(codes), GOLDEN["audio"])
+        audio = bundle.codec.decode(codes)
+    # fp32 against the head's fp32: bit-equal under every perturbation measured here; 1e-5 of the signal's
+    # scale leaves other CPUs' reassociation room (fp32 error of a decoder this deep is ~1e-6) while a
+    # wrong op or constant moves the audio by >= 1e-4.
+    assert_close(audio, GOLDEN["audio"], 1e-5, "codec audio")
 
 
 def test_speaker_turns_as_upstream_batches_them():
