@@ -42,6 +42,8 @@ def widget_problems(node: dict) -> list[str]:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_mizuoto_widget_value_of_the_example_is_valid(path):
     graph = json.loads(path.read_text())
+    thumb = path.with_suffix(".jpg")   # ComfyUI's template browser shows it
+    assert thumb.exists() and thumb.read_bytes()[:3] == b"\xff\xd8\xff", f"{thumb.name}: no JPEG thumbnail"
     ours = [n for n in graph["nodes"] if n["type"] in NODE_CLASS_MAPPINGS]
     assert ours, f"{path.name}: no Mizuoto node"
     problems = {f"{n['type']} #{n['id']}": p for n in ours if (p := widget_problems(n))}
