@@ -41,11 +41,22 @@ def pytest_addoption(parser):
                      help="intra-op threads for tests using the one_thread fixture (default 1)")
     parser.addoption("--mkldnn", choices=("on", "off"), default="on",
                      help="off: torch.backends.mkldnn disabled (oneDNN convolutions off) for the whole run")
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (left out of the default suite for its time budget)")
 
 
 def pytest_configure(config):
     if config.getoption("--mkldnn") == "off":
         torch.backends.mkldnn.enabled = False
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 @pytest.fixture

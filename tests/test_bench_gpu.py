@@ -81,6 +81,7 @@ def test_quick_cpu_bench_every_row(bench, tmp_path, monkeypatch, capsys):
         assert row["setting"] in text and row["label"] in text
 
 
+@pytest.mark.slow   # 40 s: its quick bench is test_quick_cpu_bench_every_row's, run again by the script
 def test_gpu_check_dry_run(tmp_path):
     """bench/gpu_check.sh --device cpu: the one-command GPU check's every step on the CPU (the pack made
     importable without pip, the environment and pinning probe, the GPU tests' selection, the quick bench),
