@@ -70,20 +70,109 @@ class ModelFolderError(FileNotFoundError):
     """A folder that is not a complete model of an engine (a required file is missing)."""
 
 
-def read_json(path: str | os.PathLike, engine: str) -> dict[str, Any]:
-    """A JSON object from a model folder's config file; errors name the engine and the file."""
+# ---- config and tokenizer files: parsing bounded by size, nesting and (YAML) alias expansion -----------------
+MAX_DATA_FILE_BYTES = 256 << 20   # tokenizer.json files reach ~30 MB; configs are kilobytes
+MAX_NESTING = 100                 # published configs nest < 10 deep
+MAX_NODES = 2_000_000             # values after expanding every YAML alias / !ref (a 150k-token vocab: 300k)
+
+
+def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DATA_FILE_BYTES) -> str:
+    """A model folder's text file, refused past `limit` bytes before it is read; errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise ModelFolderError(f"{engine}: {path} not found")
+    size = path.stat().st_size
+    if size > limit:
+        raise CheckpointError(f"{engine}: {path} is {size >> 20} MB; expected a config or tokenizer file under "
+                              f"{limit >> 20} MB")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{engine}: {path} is not UTF-8 text ({e})") from None
+
+
+def load_json(path: str | os.PathLike, engine: str, kind: type | tuple[type, ...] = dict) -> Any:
+    """The JSON value of a model folder's file, of type `kind`; errors name the engine, the file and what was
+    expected (a corrupt or hostile file: invalid, too deep, too large, or another type)."""
+    path = Path(path)
+    text = read_text_bounded(path, engine)
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
         raise CheckpointError(f"{engine}: {path} is not valid JSON ({type(e).__name__}: {str(e)[:120]}); the "
                               f"download is incomplete or corrupt") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{engine}: {path} does not hold a JSON object")
+    if not isinstance(data, kind):
+        names = {dict: "object", list: "array", str: "string"}
+        wanted = " or ".join(names.get(k, k.__name__) for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise CheckpointError(f"{engine}: {path} holds a JSON {type(data).__name__}, expected a JSON {wanted}")
+    return data
+
+
+def read_json(path: str | os.PathLike, engine: str) -> dict[str, Any]:
+    """A JSON object from a model folder's config file, sizes checked; errors name the engine and the file."""
+    data = load_json(path, engine)
     check_sizes(data, path, engine)
     return data
+
+
+def _node_children(node: Any) -> list:
+    import yaml
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def check_yaml_graph(root: Any, limit_nodes: int = MAX_NODES, limit_depth: int = MAX_NESTING) -> None:
+    """Refuse a composed YAML node graph whose expansion (every alias counted at each use) exceeds
+    `limit_nodes`, that nests deeper than `limit_depth` or that is recursive, before anything walks it: a
+    500-byte alias bomb expands to 10^9 values. Linear in the distinct nodes (sizes are memoised)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            kids = _node_children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            on_path.discard(key)
+            if size[key] > limit_nodes:
+                raise ValueError(f"more than {limit_nodes} values once its aliases are expanded")
+            if depth[key] > limit_depth:
+                raise ValueError(f"nested more than {limit_depth} deep")
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise ValueError("a recursive alias (a value that contains itself)")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _node_children(node) if id(k) not in size)
+
+
+def load_yaml(path: str | os.PathLike, engine: str, loader: type | None = None) -> Any:
+    """A model folder's YAML file as plain data (`yaml.SafeLoader` or a subclass of it: nothing is
+    constructed but plain values), bounded by file size, nesting and alias expansion; errors name the file."""
+    import yaml
+    path = Path(path)
+    base = loader or yaml.SafeLoader
+    if not issubclass(base, yaml.SafeLoader):
+        raise TypeError(f"load_yaml: {base.__name__} is not a SafeLoader")
+
+    class Bounded(base):
+        def get_single_node(self):
+            node = super().get_single_node()
+            if node is not None:
+                check_yaml_graph(node)
+            return node
+
+    text = read_text_bounded(path, engine)
+    try:
+        return yaml.load(text, Loader=Bounded)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{engine}: {path} is not readable YAML ({type(e).__name__}: {str(e)[:200]})") from None
 
 
 # Config fields that size modules: a negative or absurd width, or a count (heads, layers) below one, must be

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checkpoint import check_sizes, load_pickle, state_dict
+from ...runtime.loading import CheckpointError
+from .checkpoint import check_sizes, load_pickle, load_yaml, state_dict
 
 # ---- mel features (torchaudio's MelSpectrogram) ------------------------------------------------------
 
@@ -311,13 +312,12 @@ class VocosConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> VocosConfig:
-        import yaml
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"Vocos config not found: {path}")
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
+            data = load_yaml(path, "Vocos")
+        except CheckpointError as e:
             raise VocosConfigError(f"{path}: not valid YAML ({e})") from None
         check_sizes(data, path, "Vocos")
         return cls.from_dict(data, str(path))
@@ -350,12 +350,10 @@ class Vocos(nn.Module):
 def load_vocos(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) -> Vocos:
     """A Vocos model folder in the upstream layout (`config.yaml` + `pytorch_model.bin`, a pickle read
     with `torch.load(weights_only=True)`), loaded strictly, in eval mode on the CPU."""
-    import yaml
-
     from ...runtime.loading import SizeSource, load_module_from_state
     folder = Path(folder)
     cfg = VocosConfig.from_yaml(folder / "config.yaml")
-    sizes = SizeSource(folder / "config.yaml", yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")))
+    sizes = SizeSource(folder / "config.yaml", load_yaml(folder / "config.yaml", "Vocos"))
     weights = folder / "pytorch_model.bin"
     state = state_dict(load_pickle(weights), weights)
     return load_module_from_state(lambda: Vocos(cfg), state, dtype, weights, sizes).eval()

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import check_sizes
+from ..common.checkpoint import MAX_NODES, check_sizes, load_yaml
 from .flow import FlowConfig
 from .hift import HiFTConfig
 
@@ -41,29 +41,37 @@ def _tagged(loader: _Loader, suffix: str, node: yaml.Node) -> Any:
 _Loader.add_multi_constructor("!", _tagged)
 
 
-def _resolve(value: Any, top: dict[str, Any], depth: int = 0) -> Any:
-    if depth > 32:
-        raise ValueError("!ref chain too deep")
-    if isinstance(value, tuple) and len(value) == 2 and value[0] == "!ref":
-        m = _REF.match(str(value[1]).strip())
-        if not m or m.group(1) not in top:
-            return str(value[1])
-        return _resolve(top[m.group(1)], top, depth + 1)
-    if isinstance(value, dict):
-        return {k: _resolve(v, top, depth) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_resolve(v, top, depth) for v in value]
-    return value
+class _Resolver:
+    """Replaces `!ref <name>` by a copy of the top-level value it names, counting the values it makes: chains
+    of references expand like aliases (each level multiplies), so past MAX_NODES the file is refused."""
+
+    def __init__(self, top: dict[str, Any], path: Path) -> None:
+        self.top, self.path, self.made = top, path, 0
+
+    def __call__(self, value: Any, depth: int = 0) -> Any:
+        self.made += 1
+        if self.made > MAX_NODES:
+            raise CheckpointError(f"CosyVoice: {self.path}: its !ref references expand to more than {MAX_NODES} "
+                                  "values; expected a model config")
+        if depth > 32:
+            raise CheckpointError(f"CosyVoice: {self.path}: a !ref chain more than 32 deep")
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "!ref":
+            m = _REF.match(str(value[1]).strip())
+            if not m or m.group(1) not in self.top:
+                return str(value[1])
+            return self(self.top[m.group(1)], depth + 1)
+        if isinstance(value, dict):
+            return {k: self(v, depth) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(v, depth) for v in value]
+        return value
 
 
 def read_hyperpyyaml(path: Path) -> dict[str, Any]:
-    try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"CosyVoice: {path} is not readable YAML: {type(e).__name__}: {str(e)[:200]}") from None
+    raw = load_yaml(path, "CosyVoice", _Loader)
     if not isinstance(raw, dict):
         raise CheckpointError(f"CosyVoice: {path} does not hold a YAML mapping")
-    data = _resolve(raw, raw)
+    data = _Resolver(raw, path)(raw)
     check_sizes(data, path, "CosyVoice")
     return data
 

@@ -13,10 +13,11 @@ features of a reference recording.
 """
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from pathlib import Path
+
+from ..common.checkpoint import load_json
 
 
 
@@ -55,8 +56,8 @@ class TextTokenizer:
         for f in (vocab_path, merges_path):
             if not f.is_file():
                 raise FileNotFoundError(f"CosyVoice text tokenizer: {f} not found")
+        vocab = load_json(vocab_path, "CosyVoice text tokenizer")
         try:
-            vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
             lines = merges_path.read_text(encoding="utf-8").splitlines()
             merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
         except (ValueError, UnicodeDecodeError) as e:
@@ -66,7 +67,7 @@ class TextTokenizer:
         config = folder / "tokenizer_config.json"
         if config.is_file():
             try:
-                added = json.loads(config.read_text(encoding="utf-8")).get("added_tokens_decoder") or {}
+                added = load_json(config, "CosyVoice text tokenizer").get("added_tokens_decoder") or {}
                 specials = sorted((int(i), e["content"]) for i, e in added.items())
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ValueError(f"CosyVoice text tokenizer: {config} is not a valid tokenizer config: {e}") from None

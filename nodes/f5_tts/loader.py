@@ -9,7 +9,7 @@
 
 The DiT is built on the meta device and each tensor read straight into the target dtype
 (runtime.loading.load_module); the vocoder stays float32 (upstream decodes in float32). Config files
-are read as plain data (`yaml.safe_load`). Errors name the file at fault.
+are read as plain data (`yaml.SafeLoader`, bounded: `checkpoint.load_yaml`). Errors name the file at fault.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module, read_safetensors_header
-from ..common.checkpoint import check_sizes
+from ..common.checkpoint import check_sizes, load_yaml
 from ..common.vocoder import MelSpectrogramFeatures, Vocos, load_vocos
 from .model import DiT, DiTConfig, F5Checkpoint
 from .text import F5Tokenizer
@@ -94,11 +94,7 @@ def read_config(folder: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
     path = folder / "config.yaml"
     if not path.is_file():
         return dict(V1_BASE_ARCH), dict(V1_MEL), "F5TTS_v1_Base (built in)"
-    import yaml
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise CheckpointError(f"{path}: not valid YAML ({e})") from None
+    data = load_yaml(path, "F5-TTS")
     check_sizes(data, path, "F5-TTS")
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict) or not isinstance(model.get("arch"), dict):

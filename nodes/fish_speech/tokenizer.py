@@ -16,10 +16,11 @@ the size of the rank table (upstream ignores the ids written in the file).
 from __future__ import annotations
 
 import base64
-import json
 import re
 import unicodedata
 from pathlib import Path
+
+from ..common.checkpoint import load_json
 
 WHITE_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
                         "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
@@ -151,12 +152,9 @@ class FishTokenizer:
     def from_folder(cls, folder: Path) -> FishTokenizer:
         ranks = read_ranks(folder / "tokenizer.tiktoken")
         path = folder / "special_tokens.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
-        if not isinstance(data, (dict, list)):
-            raise ValueError(f"{path}: expected a JSON object of special tokens")
+        data = load_json(path, "Fish Speech", (dict, list))
+        if not all(isinstance(t, str) for t in data):
+            raise ValueError(f"{path}: expected a JSON object or list of special-token strings")
         return cls(ranks, list(data))
 
     def token_id(self, token: str) -> int:

@@ -15,7 +15,6 @@ chinese-roberta `tokenizers.Tokenizer` upstream's AutoTokenizer wraps.
 from __future__ import annotations
 
 import ast
-import json
 import logging
 import re
 from pathlib import Path
@@ -27,7 +26,7 @@ from pypinyin import Style, pinyin
 from tokenizers import Tokenizer
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import ModelFolderError
+from ..common.checkpoint import ModelFolderError, load_json
 from ..common.onnx_graph import OnnxModule
 from ..common.onnx_reader import read_model
 from .zh_chars import traditional_to_simplified
@@ -228,12 +227,7 @@ class G2PW:
         for path in (convert_path, model_dir / CHAR_BOPOMOFO):
             if not path.is_file():
                 raise ModelFolderError(f"G2PW: {path} not found (upstream's G2PWModel folder holds it)")
-        try:
-            bopomofo_to_pinyin = json.loads(convert_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise CheckpointError(f"G2PW: {convert_path} is not valid JSON ({e})") from None
-        if not isinstance(bopomofo_to_pinyin, dict):
-            raise CheckpointError(f"G2PW: {convert_path} does not hold a JSON object")
+        bopomofo_to_pinyin = load_json(convert_path, "G2PW")
         try:
             import opencc
         except ImportError:

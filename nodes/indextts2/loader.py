@@ -1,6 +1,6 @@
 """Reads an IndexTTS 2 model folder in the published layout (IndexTeam/IndexTTS-2), unchanged.
 
-    config.yaml   plain YAML (read with yaml.safe_load): gpt, s2mel, semantic_codec sections
+    config.yaml   plain YAML (read with yaml.SafeLoader, bounded: checkpoint.load_yaml): gpt, s2mel, semantic_codec sections
     gpt.pth       UnifiedVoice state dict (torch pickle, read weights-only)
     s2mel.pth     {"net": {"cfm": ..., "length_regulator": ..., "gpt_layer": ...}} (weights-only)
 
@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from safetensors import safe_open
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state, read_safetensors_header
 from ..common.bigvgan import BigVGAN, load_bigvgan
 from ..common.campplus import CAMPPlus
-from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle
+from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle, load_yaml
 from ..common.dac import fold_weight_norm
 from ..common.w2v_bert import W2VBert, load_w2v_bert
 from .codec import CodecConfig, SemanticCodec
@@ -36,12 +35,7 @@ COMPUTED = ("pos_enc.pe", "input_pos", "t_embedder.freqs", "t_embedder2.freqs")
 def read_config(path: str | Path) -> dict[str, Any]:
     """config.yaml as plain data (no objects constructed); sizes checked; errors name the file."""
     path = Path(path)
-    if not path.is_file():
-        raise ModelFolderError(f"{ENGINE}: {path} not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{ENGINE}: {path} is not valid YAML ({type(e).__name__}: {str(e)[:160]})") from None
+    data = load_yaml(path, ENGINE)
     if not isinstance(data, dict):
         raise CheckpointError(f"{ENGINE}: {path} does not hold a YAML mapping")
     dit = data.get("s2mel", {}).get("DiT") if isinstance(data.get("s2mel"), dict) else None

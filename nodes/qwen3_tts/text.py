@@ -6,8 +6,9 @@ the special tokens of `added_tokens_decoder` kept whole. The prompt templates ar
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from ..common.checkpoint import load_json
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -47,13 +48,13 @@ class TextTokenizer:
         config = folder / "tokenizer_config.json"
         if config.is_file():
             try:
-                added = json.loads(config.read_text(encoding="utf-8")).get("added_tokens_decoder") or {}
+                added = load_json(config, "Qwen3-TTS text tokenizer").get("added_tokens_decoder") or {}
                 special = [(int(i), e["content"], bool(e.get("special", True)))
                            for i, e in sorted(added.items(), key=lambda kv: int(kv[0]))]
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"Qwen3-TTS text tokenizer: {config} is not a valid tokenizer config: {e}") from None
         try:
-            table = json.loads(vocab.read_text(encoding="utf-8"))
+            table = load_json(vocab, "Qwen3-TTS text tokenizer")
             lines = merges.read_text(encoding="utf-8").splitlines()
             pairs = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
             # Added tokens keep the ids tokenizer_config.json gives them, gaps included.

@@ -9,9 +9,10 @@ the same, so leading spaces tokenize as upstream's do.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+from ..common.checkpoint import load_json
 
 
 # The 30 languages VoxCPM 2 was trained on (upstream's README). The model reads the language from the
@@ -33,7 +34,7 @@ class TextTokenizer:
         self.path = Path(path)
         self.tokenizer = Tokenizer.from_file(str(self.path))
         settings = self.path.with_name("tokenizer_config.json")
-        settings = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+        settings = load_json(settings, "VoxCPM text tokenizer") if settings.is_file() else {}
         scheme = ("never" if settings.get("add_prefix_space") is False
                   else "always" if settings.get("legacy", False) else "first")
         self.tokenizer.normalizer = None
