@@ -243,6 +243,9 @@ def load_bigvgan(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) 
     obj = load_pickle(weights)
     if not isinstance(obj, dict) or not isinstance(obj.get("generator"), dict):
         raise CheckpointError(f"BigVGAN: {weights}: expected a dict with a 'generator' state dict")
-    state = fold_weight_norm(obj["generator"])
+    state = obj["generator"]
+    if dtype == torch.float64:      # a float64 run (parity checks) folds in float64, as upstream's module .double()
+        state = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
+    state = fold_weight_norm(state)
     return load_module_from_state(lambda: BigVGAN(config), state, dtype, source=weights,
                                   config=SizeSource(config_path, raw)).eval()

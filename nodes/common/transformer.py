@@ -23,8 +23,15 @@ from torch import Tensor, nn
 from ...runtime.lm.cache import KVCache
 
 
+def upcast(x: Tensor) -> Tensor:
+    """`x.float()` for statistics kept in float32 whatever the model's precision, except that float64 stays
+    float64 (parity runs compare a whole model in float64 with upstream's)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class RMSNorm(nn.Module):
-    """x / rms(x) in float32, cast back, times the weight (the Qwen/Llama order of operations)."""
+    """x / rms(x) in float32 (float64 stays float64), cast back, times the weight (the Qwen/Llama order of
+    operations)."""
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -33,7 +40,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
-        h = x.float()
+        h = upcast(x)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
 
@@ -204,18 +211,20 @@ def interleaved_rope_table(positions: int | Tensor, head_dim: int, base: float,
 
     Computed as gpt-fast does (`torch.polar`, then stored in `dtype`: bfloat16 upstream, whatever the
     model's precision), and returned in float32 holding those rounded values, which is what the
-    float32 rotation upstream multiplies by."""
-    freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2)[: head_dim // 2].float() / head_dim))
+    float32 rotation upstream multiplies by. dtype=torch.float64 computes and returns it in float64."""
+    real = torch.float64 if dtype == torch.float64 else torch.float32
+    freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2)[: head_dim // 2].to(real) / head_dim))
     if isinstance(positions, int):
         positions = torch.arange(positions)
     angles = torch.outer(positions.cpu(), freqs)
     cis = torch.polar(torch.ones_like(angles), angles)
-    return torch.stack([cis.real, cis.imag], dim=-1).to(dtype).float()
+    return torch.stack([cis.real, cis.imag], dim=-1).to(dtype).to(real)
 
 
 def apply_interleaved_rotary(x: Tensor, table: Tensor) -> Tensor:
-    """x [B, T, H, D] rotated by `table` [T, D/2, 2] (rows of interleaved_rope_table) in float32."""
-    xs = x.float().reshape(*x.shape[:-1], -1, 2)
+    """x [B, T, H, D] rotated by `table` [T, D/2, 2] (rows of interleaved_rope_table) in float32 (float64
+    stays float64)."""
+    xs = upcast(x).reshape(*x.shape[:-1], -1, 2)
     t = table.view(1, xs.size(1), 1, xs.size(3), 2)
     out = torch.stack([xs[..., 0] * t[..., 0] - xs[..., 1] * t[..., 1],
                        xs[..., 1] * t[..., 0] + xs[..., 0] * t[..., 1]], -1)

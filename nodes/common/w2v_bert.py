@@ -46,8 +46,8 @@ def seamless_mel_filters(sampling_rate: int = 16000, num_mel_bins: int = 80) -> 
     return np.maximum(np.zeros(1), np.minimum(down, up))
 
 
-def seamless_fbank(wav: np.ndarray, mel_filters: np.ndarray) -> np.ndarray:
-    """Log-mel (frames, 80) float32: 25 ms povey frames every 10 ms, DC removed, pre-emphasis 0.97."""
+def seamless_fbank(wav: np.ndarray, mel_filters: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+    """Log-mel (frames, 80) float32 (or `dtype`): 25 ms povey frames every 10 ms, DC removed, pre-emphasis 0.97."""
     waveform = (np.squeeze(wav) * (2 ** 15)).astype(np.float64)
     window = np.power(np.hanning(400), 0.85).astype(np.float64)
     frames = int(1 + np.floor((waveform.size - 400) / 160))
@@ -64,14 +64,17 @@ def seamless_fbank(wav: np.ndarray, mel_filters: np.ndarray) -> np.ndarray:
         spec[i] = np.fft.rfft(buffer)
     power = (np.abs(spec, dtype=np.float64) ** 2.0).T
     mel = np.maximum(1.192092955078125e-07, np.dot(mel_filters.T, power))
-    return np.asarray(np.log(mel), np.float32).T
+    return np.asarray(np.log(mel), dtype).T
 
 
-def seamless_features(wav: Tensor | np.ndarray, sampling_rate: int = 16000) -> tuple[Tensor, Tensor]:
+def seamless_features(wav: Tensor | np.ndarray, sampling_rate: int = 16000,
+                      dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
     """Mono 16 kHz audio -> input_features (1, frames // 2, 160) and attention_mask (1, frames // 2), as
-    `SeamlessM4TFeatureExtractor()(wav, sampling_rate=16000, return_tensors="pt")` returns them."""
-    x = np.asarray(wav.detach().cpu().numpy() if isinstance(wav, Tensor) else wav, dtype=np.float32)
-    feats = seamless_fbank(x, seamless_mel_filters(sampling_rate))
+    `SeamlessM4TFeatureExtractor()(wav, sampling_rate=16000, return_tensors="pt")` returns them (float32;
+    dtype=torch.float64 keeps the audio, the log-mel and the normalisation in float64: parity runs)."""
+    real = np.float64 if dtype == torch.float64 else np.float32
+    x = np.asarray(wav.detach().cpu().numpy() if isinstance(wav, Tensor) else wav, dtype=real)
+    feats = seamless_fbank(x, seamless_mel_filters(sampling_rate), real)
     feats = (feats - np.expand_dims(feats.mean(0), 0)) / np.sqrt(np.expand_dims(feats.var(0, ddof=1), 0) + 1e-7)
     n = feats.shape[0]
     mask = np.ones(n + n % 2, dtype=np.int32)

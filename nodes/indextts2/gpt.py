@@ -56,11 +56,12 @@ class GPTConfig:
 # ---------------------------------------------------------------------------------------------
 # Conformer (WeNet, "rel_pos" without the relative shift, conv2d2 subsampling)
 
-def sinusoid_table(length: int, dim: int) -> Tensor:
-    """WeNet's PositionalEncoding table [1, length, dim] (sin on even, cos on odd channels)."""
-    pe = torch.zeros(length, dim)
-    position = torch.arange(0, length).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, dim, 2) * -(math.log(10000.0) / dim))
+def sinusoid_table(length: int, dim: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """WeNet's PositionalEncoding table [1, length, dim] (sin on even, cos on odd channels), computed in
+    `dtype` (float32 as upstream; float64 for a float64 run)."""
+    pe = torch.zeros(length, dim, dtype=dtype)
+    position = torch.arange(0, length).unsqueeze(1).to(dtype)
+    div_term = torch.exp(torch.arange(0, dim, 2).to(dtype) * -(math.log(10000.0) / dim))
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
     return pe.unsqueeze(0)
@@ -73,12 +74,18 @@ class RelPositionalEncoding(nn.Module):
         super().__init__()
         self.xscale = math.sqrt(dim)
         self.register_buffer("pe", sinusoid_table(max_len, dim), persistent=False)
+        self.pe64: Tensor | None = None     # the table computed in float64, made for a float64 run
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         if x.size(1) >= self.pe.size(1):
             raise ValueError(f"conditioning audio too long: {x.size(1)} frames after subsampling, "
                              f"the position table holds {self.pe.size(1) - 1}")
-        return x * self.xscale, self.pe[:, :x.size(1)].to(x.dtype)
+        pe = self.pe
+        if x.dtype == torch.float64:    # not float32's values: its sin/cos/exp differ in the last bit between CPUs
+            if self.pe64 is None or self.pe64.device != x.device:
+                self.pe64 = sinusoid_table(self.pe.size(1), self.pe.size(2), torch.float64).to(x.device)
+            pe = self.pe64
+        return x * self.xscale, pe[:, :x.size(1)].to(x.dtype)
 
 
 class Conv2dSubsampling2(nn.Module):

@@ -153,6 +153,14 @@ def s2mel_config(data: dict[str, Any], path: Path, latent_dim: int) -> S2MelConf
     return c
 
 
+def fold(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Weight norm folded in the checkpoint's dtype, as upstream computes it on every forward; in float64 for a
+    float64 load (upstream's modules `.double()` compute it in float64)."""
+    if dtype == torch.float64:
+        state = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
+    return fold_weight_norm(state)
+
+
 def load_s2mel(path: str | Path, config: S2MelConfig, dtype: torch.dtype = torch.float32,
                sizes: SizeSource | None = None) -> S2Mel:
     """s2mel.pth: {"net": {name: state}} as upstream's load_checkpoint2 reads it ("module." prefixes
@@ -167,7 +175,7 @@ def load_s2mel(path: str | Path, config: S2MelConfig, dtype: torch.dtype = torch
         if not isinstance(part, dict):
             raise CheckpointError(f"{ENGINE}: {path}: net.{name} is missing")
         part = {k.removeprefix("module."): v for k, v in tensors(part, path).items()}
-        state.update({f"{name}.{k}": v for k, v in fold_weight_norm(without_computed(part)).items()})
+        state.update({f"{name}.{k}": v for k, v in fold(without_computed(part), dtype).items()})
     return load_module_from_state(lambda: S2Mel(config), state, dtype, source=path, config=sizes).eval()
 
 
@@ -190,7 +198,7 @@ def load_codec(path: str | Path, config: CodecConfig, dtype: torch.dtype = torch
             state = {k: f.get_tensor(k) for k in header if not k.startswith("decoder.")}
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise CheckpointError(f"{ENGINE}: {path}: not readable ({type(e).__name__}: {e})") from None
-    return load_module_from_state(lambda: SemanticCodec(config), fold_weight_norm(state), dtype, source=path,
+    return load_module_from_state(lambda: SemanticCodec(config), fold(state, dtype), dtype, source=path,
                                   config=sizes).eval()
 
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..common.flow import guided, mix, solve
-from ..common.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table
+from ..common.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table, upcast
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,8 @@ class Transformer(nn.Module):
         self.head_dim = dim // heads
 
     def forward(self, x: Tensor, c: Tensor, mask: Tensor) -> Tensor:
-        rope = interleaved_rope_table(x.size(1), self.head_dim, 10000.0, torch.float32).to(x.device)
+        table = torch.float64 if x.dtype == torch.float64 else torch.float32    # upstream: the weights' dtype
+        rope = interleaved_rope_table(x.size(1), self.head_dim, 10000.0, table).to(x.device)
         n = len(self.layers)
         skips: list[Tensor] = []
         for i, layer in enumerate(self.layers):
@@ -153,16 +154,21 @@ class Transformer(nn.Module):
         return self.norm(x, c)
 
 
+def timestep_freqs(half: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    return torch.exp(-math.log(10000) * torch.arange(start=0, end=half, dtype=dtype) / half)
+
+
 class TimestepEmbedder(nn.Module):
     def __init__(self, hidden: int, freq_dim: int = 256) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(freq_dim, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
-        half = freq_dim // 2
-        freqs = torch.exp(-math.log(10000) * torch.arange(start=0, end=half, dtype=torch.float32) / half)
-        self.register_buffer("freqs", freqs, persistent=False)
+        self.register_buffer("freqs", timestep_freqs(freq_dim // 2), persistent=False)   # float32, as upstream
 
     def forward(self, t: Tensor) -> Tensor:
-        args = 1000 * t[:, None].float() * self.freqs[None]
+        # a float64 run computes the frequencies in float64 (float32's exp differs in the last bit between
+        # CPUs' kernels: MKL's, for one)
+        freqs = timestep_freqs(self.freqs.numel(), t.dtype).to(t.device) if t.dtype == torch.float64 else self.freqs
+        args = 1000 * upcast(t[:, None]) * freqs[None]
         return self.mlp(torch.cat([torch.cos(args), torch.sin(args)], dim=-1))
 
 
@@ -279,7 +285,8 @@ class CFM(nn.Module):
             x2[..., :plen] = 0
             return self.estimator(x2, prompt_x, x_lens, torch.cat([t.unsqueeze(0), t.unsqueeze(0)]), style2, mu2)
 
-        times = torch.linspace(0, 1, steps + 1, device=mu.device)
+        grid = torch.promote_types(noise.dtype, torch.float32)   # upstream's default dtype; float64 stays
+        times = torch.linspace(0, 1, steps + 1, device=mu.device, dtype=grid)
         x = solve(guided(velocity, cfg_rate, mix, double=True), noise, times, method="euler", clock="drift",
                   callback=callback)
         x[..., :plen] = 0

@@ -9,10 +9,24 @@ parameter with tiny.seeded_state, runs them on seeded inputs and writes under fi
 (parameter names and shapes per checkpoint, from which the default suite regenerates the same weights)
 and outputs.pt (inputs and upstream's outputs). Computed buffers (position tables) are not seeded: they
 keep the values upstream computes, as in the published files.
+
+Every float output is recorded twice: "<key>" from the float32 run (compared at a stated bound: another
+CPU sums in another order) and "<key>.f64" from the same modules `.double()` on the same inputs
+`.double()` (compared at tests/golden.py's F64_BOUND). Sampled codes and tokens are recorded from the
+float64 run too ("<key>.f64"): float64 logits, cast to float32 for sampling as upstream's generate casts
+them. Upstream casts a few activations to float32 whatever the model's dtype (`float64_upstream` lists
+them); for the float64 run those casts follow the input's dtype instead, the formulas unchanged (float32
+inputs go through the very same operations), and the tables upstream computes in float32 (position
+encodings, the DiT's RoPE and timestep frequencies) are computed in float64 (`float64_tables`): float32's
+exp/sin/cos differ in the last bit between CPUs' kernels (MKL's exp under MKL_CBWR, for one), which a
+float64 comparison would see. BigVGAN's filter taps are recorded and written into the suite's checkpoint
+as they are (the published file holds them too); its weight norm is folded after `.double()` there.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import sys
 import types
 from pathlib import Path
@@ -40,12 +54,102 @@ def setup_upstream(repo: Path) -> None:
     sys.modules["indextts.s2mel.dac.nn.quantize"] = dac
 
 
+def f64(x: torch.Tensor) -> torch.Tensor:
+    return x.double() if x.is_floating_point() else x
+
+
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """`x.float()` as upstream writes it, except that float64 stays float64."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
+@contextlib.contextmanager
+def float64_upstream():
+    """Upstream's hard-coded float32 casts of activations follow a float64 input (the float64 recording only):
+    gpt-fast's RMSNorm and rotary embedding and the DiT's timestep embedding (s2mel), transformers'
+    Qwen3RMSNorm (the emotion model). Each replacement is the upstream body with `.float()` -> `upcast`."""
+    from indextts.s2mel.modules import diffusion_transformer
+    from indextts.s2mel.modules.gpt_fast import model as gf
+    from transformers.models.qwen3 import modeling_qwen3 as q3
+
+    def rms_forward(self, x):
+        return self._norm(upcast(x)).type_as(x) * self.weight
+
+    def apply_rotary_emb(x, freqs_cis):
+        xshaped = upcast(x).reshape(*x.shape[:-1], -1, 2)
+        freqs_cis = freqs_cis.view(1, xshaped.size(1), 1, xshaped.size(3), 2)
+        x_out2 = torch.stack([xshaped[..., 0] * freqs_cis[..., 0] - xshaped[..., 1] * freqs_cis[..., 1],
+                              xshaped[..., 1] * freqs_cis[..., 0] + xshaped[..., 0] * freqs_cis[..., 1]], -1)
+        return x_out2.flatten(3).type_as(x)
+
+    def timestep_embedding(self, t):
+        args = self.scale * upcast(t[:, None]) * self.freqs[None]
+        embedding = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+        if self.frequency_embedding_size % 2:
+            embedding = torch.cat([embedding, torch.zeros_like(embedding[:, :1])], dim=-1)
+        return embedding
+
+    def qwen3_rms_forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = upcast(hidden_states)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def precompute_freqs_cis(seq_len, n_elem, base=10000, dtype=torch.bfloat16):
+        real = torch.float64 if dtype == torch.float64 else torch.float32     # upstream: `.float()`
+        freqs = 1.0 / (base ** (torch.arange(0, n_elem, 2)[: (n_elem // 2)].to(real) / n_elem))
+        t = torch.arange(seq_len, device=freqs.device)
+        freqs = torch.outer(t, freqs)
+        freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+        cache = torch.stack([freqs_cis.real, freqs_cis.imag], dim=-1)
+        return cache.to(dtype=dtype)
+
+    patches = [(gf.RMSNorm, "forward", rms_forward), (gf, "apply_rotary_emb", apply_rotary_emb),
+               (gf, "precompute_freqs_cis", precompute_freqs_cis),
+               (diffusion_transformer.TimestepEmbedder, "timestep_embedding", timestep_embedding),
+               (q3.Qwen3RMSNorm, "forward", qwen3_rms_forward)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, new in patches:
+        setattr(owner, name, new)
+    try:
+        yield
+    finally:
+        for owner, name, old in saved:
+            setattr(owner, name, old)
+
+
+def float64_tables(model: torch.nn.Module) -> None:
+    """After `.double()`: the tables upstream computed in float32 at construction, computed again in float64
+    by upstream's own code (its constructors under the float64 default dtype, precompute_freqs_cis at
+    float64 under float64_upstream)."""
+    from indextts.gpt.conformer.embedding import PositionalEncoding, RelPositionalEncoding
+    from indextts.s2mel.modules import diffusion_transformer
+    from indextts.s2mel.modules.gpt_fast import model as gf
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        for m in model.modules():
+            if type(m) in (PositionalEncoding, RelPositionalEncoding):
+                m.pe = type(m)(m.d_model, 0.0, m.max_len).pe
+            elif isinstance(m, diffusion_transformer.TimestepEmbedder):
+                half = m.frequency_embedding_size // 2    # its constructor's formula, at float64 (it asks for float32)
+                m.freqs = torch.exp(-math.log(m.max_period) * torch.arange(start=0, end=half, dtype=torch.float64)
+                                    / half)
+            elif isinstance(m, gf.Transformer) and m.freqs_cis is not None:
+                c = m.config
+                m.freqs_cis = gf.precompute_freqs_cis(c.block_size, c.head_dim, c.rope_base, torch.float64)
+                assert m.freqs_cis.dtype == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
 def params(module: torch.nn.Module) -> dict[str, list[int]]:
     return {k: list(v.shape) for k, v in module.named_parameters()}
 
 
-def fill(module: torch.nn.Module, shapes: dict[str, list[int]]) -> None:
-    missing, unexpected = module.load_state_dict(tiny.seeded_state(shapes), strict=False)
+def fill(module: torch.nn.Module, shapes: dict[str, list[int]], state: dict | None = None) -> None:
+    missing, unexpected = module.load_state_dict(tiny.seeded_state(shapes) if state is None else state, strict=False)
     buffers = {k for k, _ in module.named_buffers()}
     assert not unexpected and set(missing) <= buffers, (missing, unexpected)
 
@@ -57,7 +161,7 @@ def gpt_fixtures(out: dict, keys: dict) -> None:
     cfg = OmegaConf.create(tiny.CONFIG)
     gpt = UnifiedVoice(**cfg.gpt)
     keys["gpt"] = params(gpt)
-    fill(gpt, keys["gpt"])
+    fill(gpt, keys["gpt"], tiny.gpt_state(keys["gpt"]))
     gpt.eval()
     gpt.post_init_gpt2_config(use_deepspeed=False, kv_cache=True, half=False)
     g = torch.Generator().manual_seed(1)
@@ -90,6 +194,27 @@ def gpt_fixtures(out: dict, keys: dict) -> None:
                                 emo_cond_mel_lengths=emo_len, emo_vec=emovec,
                                 use_speed=torch.zeros(1).long())
 
+        # float64: the same calls on the same inputs (the latent for the float32 run's codes)
+        gpt.double()
+        float64_tables(gpt)
+        spk, emo = f64(spk), f64(emo)
+        out["gpt.latents.f64"] = gpt.get_conditioning(spk.transpose(1, 2), spk_len)
+        out["gpt.emovec_spk.f64"] = gpt.get_emovec(spk, spk_len)
+        for alpha in (1.0, 0.6):
+            out[f"gpt.merged.{alpha}.f64"] = gpt.merge_emovec(spk, emo, spk_len, emo_len, alpha=alpha)
+        emovec = out["gpt.merged.0.6.f64"]
+        for seed in (0, 3):
+            torch.manual_seed(seed)
+            codes64, latent_cond = gpt.inference_speech(
+                spk, text, emo, cond_lengths=spk_len, emo_cond_lengths=emo_len, emo_vec=emovec, do_sample=True,
+                top_p=0.8, top_k=30, temperature=0.8, num_return_sequences=1, length_penalty=0.0, num_beams=3,
+                repetition_penalty=10.0, max_generate_length=60)
+            out[f"gpt.codes.{seed}.f64"] = codes64
+        out["gpt.latent.f64"] = gpt(latent_cond, text, torch.tensor([text.shape[-1]]), codes.clone(),
+                                    torch.tensor([codes.shape[-1]]), emo, cond_mel_lengths=spk_len,
+                                    emo_cond_mel_lengths=emo_len, emo_vec=emovec,
+                                    use_speed=torch.zeros(1).long())
+
 
 def s2mel_fixtures(out: dict, keys: dict) -> None:
     from omegaconf import OmegaConf
@@ -119,10 +244,32 @@ def s2mel_fixtures(out: dict, keys: dict) -> None:
         cat = torch.cat([prompt, cond], dim=1)
         out["s2mel.prompt_cond"], out["s2mel.cond"] = prompt, cond
         for steps in (25, 4):
+            # the noise CFM.inference draws first (the suite reads it: randn differs in the last bit between CPUs)
+            torch.manual_seed(steps)
+            out[f"s2mel.noise.{steps}"] = torch.randn([1, s2mel.models["cfm"].in_channels, cat.size(1)])
             torch.manual_seed(steps)
             mel = s2mel.models["cfm"].inference(cat, torch.LongTensor([cat.size(1)]), ref_mel, style, None, steps,
                                                 inference_cfg_rate=0.7)
             out[f"s2mel.mel.{steps}"] = mel[:, :, ref_mel.size(-1):]
+
+    # float64. CFM.inference draws its noise and time grid in the default dtype (float32) and hands them to
+    # solve_euler: here the same noise in float64 and the grid made in float64.
+    s2mel.double()
+    with float64_upstream():
+        float64_tables(s2mel)
+    s_ref, s_infer, latent, ref_mel, style = map(f64, (s_ref, s_infer, latent, ref_mel, style))
+    with torch.no_grad(), float64_upstream():
+        prompt = lr(s_ref, ylens=torch.LongTensor([ref_mel.size(2)]), n_quantizers=3, f0=None)[0]
+        s = s_infer + s2mel.models["gpt_layer"](latent)
+        cond = lr(s, ylens=(code_lens * 1.72).long(), n_quantizers=3, f0=None)[0]
+        cat = torch.cat([prompt, cond], dim=1)
+        out["s2mel.prompt_cond.f64"], out["s2mel.cond.f64"] = prompt, cond
+        for steps in (25, 4):
+            z = f64(out[f"s2mel.noise.{steps}"] * 1.0)       # inference's `randn(...) * temperature`
+            t_span = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
+            mel = s2mel.models["cfm"].solve_euler(z, torch.LongTensor([cat.size(1)]), ref_mel, cat, style, None,
+                                                  t_span, inference_cfg_rate=0.7)
+            out[f"s2mel.mel.{steps}.f64"] = mel[:, :, ref_mel.size(-1):]
 
 
 def bigvgan_fixtures(out: dict, keys: dict) -> None:
@@ -134,16 +281,33 @@ def bigvgan_fixtures(out: dict, keys: dict) -> None:
     from indextts.s2mel.modules.bigvgan import bigvgan
     from indextts.s2mel.modules.bigvgan.env import AttrDict
 
-    model = bigvgan.BigVGAN(AttrDict(dict(tiny.BIGVGAN)), use_cuda_kernel=False)
-    keys["bigvgan"] = params(model)
-    keys["bigvgan.buffers"] = sorted(k for k, _ in model.named_buffers())
-    fill(model, keys["bigvgan"])
-    model.remove_weight_norm()
-    model.eval()
+    from indextts.s2mel.modules.bigvgan.alias_free_activation.torch.filter import kaiser_sinc_filter1d
+
+    def build(dtype: torch.dtype):
+        model = bigvgan.BigVGAN(AttrDict(dict(tiny.BIGVGAN)), use_cuda_kernel=False)
+        keys["bigvgan"] = params(model)
+        keys["bigvgan.buffers"] = sorted(k for k, _ in model.named_buffers())
+        fill(model, keys["bigvgan"])
+        model.to(dtype).remove_weight_norm()     # in float64 the weight norm is folded in float64
+        return model.eval()
+
+    model = build(torch.float32)
+    # every filter buffer is the same 2x resampling filter (kernel 12), as computed by upstream here: the
+    # suite writes these very taps into the checkpoint and checks its own filter against them
+    filters = {k: v for k, v in model.named_buffers() if k.endswith(".filter")}
+    assert sorted(filters) == keys["bigvgan.buffers"]
+    out["bigvgan.filter"] = kaiser_sinc_filter1d(0.25, 0.3, 12)
+    assert all(torch.equal(v, out["bigvgan.filter"]) for v in filters.values())
+    torch.set_default_dtype(torch.float64)    # upstream's formula evaluated in float64 (it uses the default)
+    try:
+        out["bigvgan.filter.f64"] = kaiser_sinc_filter1d(0.25, 0.3, 12)
+    finally:
+        torch.set_default_dtype(torch.float32)
     mel = torch.randn(1, 80, 12, generator=torch.Generator().manual_seed(4))
     out["bigvgan.mel"] = mel
     with torch.no_grad():
         out["bigvgan.wav"] = model(mel)
+        out["bigvgan.wav.f64"] = build(torch.float64)(f64(mel))    # with the float32 taps, as the file holds them
 
 
 def codec_fixtures(out: dict, keys: dict) -> None:
@@ -159,6 +323,9 @@ def codec_fixtures(out: dict, keys: dict) -> None:
     with torch.no_grad():
         out["codec.codes"], out["codec.quantized"] = codec.quantize(feats)
         out["codec.emb"] = codec.quantizer.vq2emb(codes.unsqueeze(1)).transpose(1, 2)
+        codec.double()
+        out["codec.codes.f64"], out["codec.quantized.f64"] = codec.quantize(f64(feats))
+        out["codec.emb.f64"] = codec.quantizer.vq2emb(codes.unsqueeze(1)).transpose(1, 2)
 
 
 def campplus_fixtures(out: dict, keys: dict) -> None:
@@ -173,6 +340,7 @@ def campplus_fixtures(out: dict, keys: dict) -> None:
     out["campplus.feat"] = feat
     with torch.no_grad():
         out["campplus.style"] = model(feat)
+        out["campplus.style.f64"] = model.double()(f64(feat))
 
 
 def w2v_bert_fixtures(out: dict, keys: dict) -> None:
@@ -190,11 +358,37 @@ def w2v_bert_fixtures(out: dict, keys: dict) -> None:
         out[f"w2v.wav.{name}"] = wav
         out[f"w2v.features.{name}"] = inputs["input_features"]
         out[f"w2v.mask.{name}"] = inputs["attention_mask"]
+        out[f"w2v.features.{name}.f64"] = seamless_features_f64(extract, wav)
         with torch.no_grad():
             # IndexTTS2.get_emb: hidden state 17 of the model, before the stats normalisation
             out[f"w2v.hidden17.{name}"] = model(input_features=inputs["input_features"],
                                                 attention_mask=inputs["attention_mask"],
                                                 output_hidden_states=True).hidden_states[17]
+    model.double()
+    for name in ("odd", "even"):
+        with torch.no_grad():    # the float32 features, in float64: the model alone
+            out[f"w2v.hidden17.{name}.f64"] = model(input_features=f64(out[f"w2v.features.{name}"]),
+                                                    attention_mask=out[f"w2v.mask.{name}"],
+                                                    output_hidden_states=True).hidden_states[17]
+
+
+def seamless_features_f64(extract, wav: torch.Tensor) -> torch.Tensor:
+    """SeamlessM4TFeatureExtractor's input_features in float64. Its __call__ casts the audio and its padding
+    casts the features to float32; here its own `spectrogram` call (as `_extract_fbank_features` makes it)
+    returns float64, then __call__'s per-bin normalisation, zero-frame padding to the stride and stacking.
+    The spectrum stays complex64 inside `spectrogram`, as upstream keeps it whatever the dtype."""
+    import numpy as np
+    from transformers.audio_utils import spectrogram
+
+    x = np.squeeze(wav.numpy().astype(np.float32)) * (2 ** 15)
+    feats = spectrogram(x, extract.window, frame_length=400, hop_length=160, fft_length=512, power=2.0,
+                        center=False, preemphasis=0.97, mel_filters=extract.mel_filters, log_mel="log",
+                        mel_floor=1.192092955078125e-07, remove_dc_offset=True, dtype=np.float64).T
+    feats = (feats - np.expand_dims(feats.mean(0), 0)) / np.sqrt(np.expand_dims(feats.var(0, ddof=1), 0) + 1e-7)
+    if feats.shape[0] % extract.stride:
+        feats = np.concatenate([feats, np.zeros((1, feats.shape[1]))], axis=0)
+    assert feats.dtype == np.float64
+    return torch.from_numpy(feats.reshape(1, feats.shape[0] // 2, feats.shape[1] * 2).copy())
 
 
 def qwen_emotion_fixtures(out: dict, keys: dict) -> None:
@@ -207,6 +401,7 @@ def qwen_emotion_fixtures(out: dict, keys: dict) -> None:
     model.tie_weights()
     assert model.lm_head.weight is model.model.embed_tokens.weight
     model.eval()
+    assert model.config._attn_implementation == "sdpa"    # no float32 softmax (eager's) in the float64 run
     prompt = torch.randint(0, 290, (1, 23), generator=torch.Generator().manual_seed(8))
     out["qwen.prompt"] = prompt
     for seed in (0, 1):
@@ -216,6 +411,14 @@ def qwen_emotion_fixtures(out: dict, keys: dict) -> None:
                                  generation_config=GenerationConfig(**tiny.QWEN_GENERATION, max_new_tokens=16,
                                                                     pad_token_id=299))
         out[f"qwen.tokens.{seed}"] = ids[0, prompt.shape[1]:]
+    model.double()
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        with torch.no_grad(), float64_upstream():
+            ids = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                 generation_config=GenerationConfig(**tiny.QWEN_GENERATION, max_new_tokens=16,
+                                                                    pad_token_id=299))
+        out[f"qwen.tokens.{seed}.f64"] = ids[0, prompt.shape[1]:]
 
 
 REAL_W2V_BERT = {"hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096, "num_hidden_layers": 24,
@@ -276,7 +479,7 @@ def main(repo: Path) -> None:
     (tiny.FIXTURES / "keys.json").write_text(json.dumps(keys, indent=0, sort_keys=True))
     torch.save(out, tiny.FIXTURES / "outputs.pt")
     for k, v in out.items():
-        print(k, tuple(v.shape), v.flatten()[:8].tolist() if v.dtype != torch.float32 else "")
+        print(k, tuple(v.shape), v.flatten()[:8].tolist() if not v.is_floating_point() else "")
 
 
 if __name__ == "__main__":

@@ -77,9 +77,13 @@ BIGVGAN = {"resblock": "1", "num_mels": 80, "upsample_rates": [4, 2], "upsample_
 
 
 def seeded_tensor(key: str, shape: tuple[int, ...], seed: int = SEED) -> torch.Tensor:
-    """A deterministic tensor for parameter `key`, scaled so that tiny random networks stay finite."""
+    """A deterministic tensor for parameter `key`, scaled so that tiny random networks stay finite.
+
+    Uniform with unit variance, made from the generator's bits by exact or correctly rounded float32 steps
+    only: the same bits on every CPU. (`torch.randn` is not: its Box-Muller log/cos differ in the last bit
+    between ATEN_CPU_CAPABILITY paths, which moved every weight and so every golden output by ~1e-7.)"""
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
-    x = torch.randn(shape, generator=g)
+    x = math.sqrt(3.0) * (2 * torch.rand(shape, generator=g) - 1)
     leaf = key.rsplit(".", 1)[-1]
     if len(shape) >= 2 and leaf not in ("weight_g",):
         return x / math.sqrt(max(1, math.prod(shape[1:])))
@@ -112,9 +116,21 @@ def write_config(folder: Path, config: dict | None = None) -> Path:
     return path
 
 
+# The stop code's bias in mel_head: the seeded logits are nearly flat (the stop code ranks ~3000th), so no
+# seed would stop within the fixtures' 60 codes; at 2.0, seed 0 runs to 60 and seed 3 stops after 11.
+STOP_BIAS = 2.0
+
+
+def gpt_state(shapes: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+    """The tiny UnifiedVoice weights: seeded, the stop code's bias set to STOP_BIAS."""
+    state = seeded_state(shapes)
+    state["mel_head.bias"][CONFIG["gpt"]["stop_mel_token"]] = STOP_BIAS
+    return state
+
+
 def write_gpt(folder: Path) -> Path:
     path = folder / "gpt.pth"
-    torch.save(seeded_state(keys()["gpt"]), path)
+    torch.save(gpt_state(keys()["gpt"]), path)
     return path
 
 
@@ -126,13 +142,14 @@ def write_s2mel(folder: Path) -> Path:
     return path
 
 
-def write_bigvgan(folder: Path) -> Path:
-    """bigvgan_generator.pt ({"generator": state} with weight_g/weight_v pairs and the filter buffers) + config.json."""
+def write_bigvgan(folder: Path, taps: torch.Tensor | None = None) -> Path:
+    """bigvgan_generator.pt ({"generator": state} with weight_g/weight_v pairs and the filter buffers) + config.json.
+    Every filter is the 2x resampling filter of kernel 12: `taps`, or our kaiser_sinc_filter1d's."""
     from mizuoto.nodes.common.bigvgan import kaiser_sinc_filter1d
     folder.mkdir(parents=True, exist_ok=True)
     state = seeded_state(keys()["bigvgan"])
     for k in keys()["bigvgan.buffers"]:
-        state[k] = kaiser_sinc_filter1d(0.25, 0.3, 12)      # every filter: 2x resampling, kernel 12
+        state[k] = (kaiser_sinc_filter1d(0.25, 0.3, 12) if taps is None else taps).clone()
     torch.save({"generator": state}, folder / "bigvgan_generator.pt")
     (folder / "config.json").write_text(json.dumps(BIGVGAN))
     return folder
