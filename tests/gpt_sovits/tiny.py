@@ -70,6 +70,14 @@ BERT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "，", "。", "你",
 SV_KWARGS = {"base_width": 32, "scale": 2, "expansion": 2, "m_channels": 8, "num_blocks": (1, 1, 1, 1)}
 
 
+def randn(*shape: int, generator: torch.Generator) -> torch.Tensor:
+    """Standard normal float32 numbers that are the same on every machine: drawn in float64 and rounded.
+    torch's float32 randn takes a vectorised Box-Muller under AVX2 / AVX-512 and a scalar one elsewhere
+    (ATEN_CPU_CAPABILITY=default: 39% of the numbers differ, by up to 2e-6); its float64 randn is one
+    scalar path, so the fixtures' weights and inputs do not move with the CPU."""
+    return torch.randn(shape, generator=generator, dtype=torch.float64).float()
+
+
 def random_state(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], seed: int = SEED) -> dict[str, torch.Tensor]:
     """One tensor per name, drawn from `seed` and the name alone (any order, any superset gives the same
     tensor for a name); sized so activations stay finite through every block."""
@@ -80,7 +88,7 @@ def random_state(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], seed: i
             out[name] = torch.zeros(shape, dtype=dtype)
             continue
         leaf = name.rsplit(".", 1)[-1]
-        r = torch.randn(shape, generator=g)
+        r = randn(*shape, generator=g)
         if leaf in ("inited",):
             t = torch.ones(shape)
         elif leaf == "running_var" or leaf == "cluster_size":
@@ -244,12 +252,12 @@ def eos_likely(weight: torch.Tensor, direction: torch.Tensor, scale: float = 2.5
 def fixture_inputs(seed: int = 11) -> dict[str, torch.Tensor]:
     """The inputs make_fixtures.py ran upstream on (regenerated here instead of stored)."""
     g = torch.Generator().manual_seed(seed)
-    return {"t2s.phones": torch.randint(0, 732, (9,), generator=g), "t2s.bert": torch.randn(1024, 9, generator=g),
+    return {"t2s.phones": torch.randint(0, 732, (9,), generator=g), "t2s.bert": randn(1024, 9, generator=g),
             "t2s.prompt": torch.randint(0, 64, (1, 7), generator=g),
-            "hubert.wav": torch.cat([0.1 * torch.randn(16000, generator=g), torch.zeros(9600)]),
+            "hubert.wav": torch.cat([0.1 * randn(16000, generator=g), torch.zeros(9600)]),
             "bert.ids": torch.tensor([[2, 7, 8, 5, 9, 10, 12, 6, 3]]),
-            "sv.wav": 0.2 * torch.randn(1, 16000, generator=g),
-            "sovits.ref32k": (0.3 * torch.randn(1, 32000, generator=g)).clamp(-1, 1),
+            "sv.wav": 0.2 * randn(1, 16000, generator=g),
+            "sovits.ref32k": (0.3 * randn(1, 32000, generator=g)).clamp(-1, 1),
             "sovits.codes": torch.randint(0, 1024, (1, 1, 12), generator=g),
             "sovits.text": torch.randint(0, 732, (1, 10), generator=g)}
 
