@@ -249,6 +249,37 @@ def eos_likely(weight: torch.Tensor, direction: torch.Tensor, scale: float = 2.5
     weight[-1] = scale * direction / direction.norm()
 
 
+# T2S logits kept in the fixture (teacher-forced along the recorded tokens): the prompt's, the next, the first
+# step EOS may end, the last.
+T2S_LOGIT_ROWS = [0, 1, 11, -1]
+
+
+def t2s_forced_logits(t2s, phones: torch.Tensor, bert: torch.Tensor, prompt: torch.Tensor,
+                      tokens: torch.Tensor) -> torch.Tensor:
+    """Our T2S's logits [len(tokens), vocab] along `tokens`, as `generate` computes them (prefill, then one
+    step per token), with no draw: the float comparison of the T2S, whatever sampling would pick."""
+    from mizuoto.runtime.lm.cache import DynamicCache
+    cache = DynamicCache()
+    rows = [t2s.prefill(phones[None], bert[None], prompt, cache)]
+    for i, token in enumerate(tokens[:-1].tolist()):
+        rows.append(t2s.step(torch.tensor([[token]]), prompt.shape[1] + i, cache))
+    return torch.cat(rows)
+
+
+def prior_noise(cfg: SoVITSConfig, n_codes: int, speed: float, seed: int = 5) -> torch.Tensor:
+    """The prior noise SynthesizerTrn.forward draws (float32, torch's randn) from `seed`: shape [1,
+    inter_channels, frames], frames as its text encoder resamples for `speed`. make_fixtures.py records it
+    (`sovits.noise.<speed>`), so the float64 run takes the float32 run's numbers on any machine."""
+    frames = 2 * n_codes if speed == 1 else int(2 * n_codes / speed) + 1
+    return torch.randn((1, cfg.inter_channels, frames), generator=torch.Generator().manual_seed(seed))
+
+
+def f64_reference(recorded: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """upstream's float64 output for `name`: the float32 output plus its recorded float32 correction
+    (`name.f64-f32` = f64 - f32; their sum is the float64 value to ~1e-13 of its scale)."""
+    return recorded[name].double() + recorded[name + ".f64-f32"].double()
+
+
 def fixture_inputs(seed: int = 11) -> dict[str, torch.Tensor]:
     """The inputs make_fixtures.py ran upstream on (regenerated here instead of stored)."""
     g = torch.Generator().manual_seed(seed)
