@@ -111,21 +111,26 @@ def kaldi_fbank(wav: Tensor, num_mel_bins: int = 80, sample_frequency: float = 1
     window = torch.hann_window(size, periodic=False, device=wav.device, dtype=wav.dtype).pow(0.85).unsqueeze(0)
     frames = F.pad((frames * window).unsqueeze(0), (0, padded - size), mode="constant", value=0).squeeze(0)
     spectrum = torch.fft.rfft(frames).abs().pow(2.0)
-    banks = kaldi_mel_banks(num_mel_bins, padded, sample_frequency).to(device=wav.device, dtype=wav.dtype)
+    # made in float32 as torchaudio makes them; a float64 input gets float64 banks (no float32 rounding in it)
+    banks = kaldi_mel_banks(num_mel_bins, padded, sample_frequency,
+                            dtype=torch.float64 if wav.dtype == torch.float64 else None)
+    banks = banks.to(device=wav.device, dtype=wav.dtype)
     banks = F.pad(banks, (0, 1), mode="constant", value=0)
     return torch.max(torch.mm(spectrum, banks.T), eps).log()
 
 
-def kaldi_mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: float = 20.0) -> Tensor:
+def kaldi_mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: float = 20.0,
+                    dtype: torch.dtype | None = None) -> Tensor:
+    """torchaudio's get_mel_banks in the default dtype (float32), or in `dtype` (float64 parity checks)."""
     num_fft_bins = padded / 2
     high_freq = 0.5 * sample_freq
     fft_bin_width = sample_freq / padded
     mel_low = 1127.0 * math.log(1.0 + low_freq / 700.0)
     mel_high = 1127.0 * math.log(1.0 + high_freq / 700.0)
     delta = (mel_high - mel_low) / (num_bins + 1)
-    b = torch.arange(num_bins).unsqueeze(1)
+    b = torch.arange(num_bins, dtype=dtype).unsqueeze(1)
     left, center, right = mel_low + b * delta, mel_low + (b + 1.0) * delta, mel_low + (b + 2.0) * delta
-    mel = (1127.0 * (1.0 + fft_bin_width * torch.arange(num_fft_bins) / 700.0).log()).unsqueeze(0)
+    mel = (1127.0 * (1.0 + fft_bin_width * torch.arange(num_fft_bins, dtype=dtype) / 700.0).log()).unsqueeze(0)
     up = (mel - left) / (center - left)
     down = (right - mel) / (right - center)
     return torch.max(torch.zeros(1), torch.min(up, down))

@@ -138,9 +138,11 @@ def load_t2s(path: Path, dtype: torch.dtype) -> Text2Semantic:
                                   config=SizeSource(f"{path} (config)", obj["config"])).eval()
 
 
-def sovits_state(state: dict[str, Tensor], path: Path) -> dict[str, Tensor]:
-    """Inference weights: `enc_q.*` (training only) dropped, weight-norm pairs folded in float32."""
-    state = {k: v.float() if k.endswith(("weight_g", "weight_v")) else v
+def sovits_state(state: dict[str, Tensor], path: Path, dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
+    """Inference weights: `enc_q.*` (training only) dropped, weight-norm pairs folded in float32 (in float64
+    for a float64 model, as upstream's per-forward norm runs in the model's dtype)."""
+    fold = torch.float64 if dtype == torch.float64 else torch.float32
+    state = {k: v.to(fold) if k.endswith(("weight_g", "weight_v")) else v
              for k, v in state.items() if not k.startswith("enc_q.")}
     folded = fold_weight_norm(state)
     unfolded = sorted(k for k in folded if k.endswith(("weight_g", "weight_v")))
@@ -165,7 +167,7 @@ def load_sovits(path: Path, dtype: torch.dtype) -> SynthesizerTrn:
     cfg = SoVITSConfig.from_hparams(obj["config"], version, V2_SYMBOLS, str(path))
     if cfg.is_v2pro and "sv_emb.weight" in state and state["sv_emb.weight"].dim() == 2:
         cfg = dataclasses.replace(cfg, sv_dim=int(state["sv_emb.weight"].shape[1]))
-    state = sovits_state(state, path)
+    state = sovits_state(state, path, dtype)
     return load_module_from_state(lambda: SynthesizerTrn(cfg), state, dtype, source=path,
                                   config=SizeSource(f"{path} (config)", obj["config"])).eval()
 

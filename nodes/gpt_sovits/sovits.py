@@ -463,7 +463,9 @@ class MelStyleEncoder(nn.Module):
         x = self.spectral(spec.transpose(1, 2))
         x = self.temporal(x.transpose(1, 2)).transpose(1, 2)
         x = self.fc(self.slf_attn(x))
-        x = torch.div(x.float(), torch.tensor([[[x.shape[1]]]], device=x.device)).sum(dim=1).to(x.dtype)
+        # upstream averages in float32 at least (x.float()); a float64 model stays in float64
+        x = torch.div(x.to(torch.promote_types(x.dtype, torch.float32)),
+                      torch.tensor([[[x.shape[1]]]], device=x.device)).sum(dim=1).to(x.dtype)
         return x.unsqueeze(-1)
 
 
@@ -543,7 +545,9 @@ def linear_spectrogram(wav: Tensor, n_fft: int, hop: int, win: int) -> Tensor:
     """Upstream's `spectrogram_torch` (center=False): reflect-padded STFT magnitude [B, n_fft // 2 + 1, frames]."""
     pad = int((n_fft - hop) / 2)
     y = F.pad(wav.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)
-    window = torch.hann_window(win).to(dtype=wav.dtype, device=wav.device)
+    # upstream's window is made in float32 and cast; for a float64 input it is made in float64
+    window = torch.hann_window(win, dtype=torch.float64 if wav.dtype == torch.float64 else torch.float32)
+    window = window.to(dtype=wav.dtype, device=wav.device)
     spec = torch.view_as_real(torch.stft(y, n_fft, hop_length=hop, win_length=win, window=window, center=False,
                                          pad_mode="reflect", normalized=False, onesided=True, return_complex=True))
     return torch.sqrt(spec.pow(2).sum(-1) + 1e-8)     # upstream's return_complex=False layout, same values

@@ -71,11 +71,12 @@ class T2SConfig:
         return cfg
 
 
-def sinusoids(start: int, length: int, dim: int) -> Tensor:
-    """Rows start..start+length of upstream's SinePositionalEmbedding table (float32, same operations)."""
-    position = torch.arange(start, start + length, dtype=torch.float32).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * -(math.log(10000.0) / dim))
-    pe = torch.zeros(length, dim)
+def sinusoids(start: int, length: int, dim: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Rows start..start+length of upstream's SinePositionalEmbedding table (float32, same operations; a
+    float64 model computes it in float64, as the float64 parity check does upstream)."""
+    position = torch.arange(start, start + length, dtype=dtype).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, dim, 2, dtype=dtype) * -(math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim, dtype=dtype)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
     return pe.unsqueeze(0)
@@ -99,7 +100,8 @@ class SinePosition(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1))
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        pe = sinusoids(start, x.shape[1], self.dim).to(device=x.device, dtype=x.dtype)
+        table = torch.float64 if x.dtype == torch.float64 else torch.float32
+        pe = sinusoids(start, x.shape[1], self.dim, table).to(device=x.device, dtype=x.dtype)
         return x + self.alpha * pe
 
 

@@ -13,12 +13,15 @@
    is written out by hand below (reasoned from split_lang's pre_split / punctuation merge and LangSegmenter's
    `full_en`), and upstream's clean_text reads each piece; the "." retry as TextPreprocessor does it.
 4. BERT phone features: upstream `TextPreprocessor.get_bert_feature` with a tiny `BertForMaskedLM` and
-   `AutoTokenizer` on tiny.py's folder; the fixture keeps its first rows.
+   `AutoTokenizer` on tiny.py's folder; the fixture keeps its first rows, and the same from the model
+   `.double()` (`rows_f64`, with ours in float64 against it over the whole feature: `f64_error`,
+   max |ours - upstream| / max |upstream|; tests/golden.py).
 Asserts nothing about equality: it prints and records ours-vs-upstream; the default suite decides.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import io
 import json
@@ -331,6 +334,8 @@ with tempfile.TemporaryDirectory() as tmp:
     from mizuoto.nodes.gpt_sovits.loader import load_bert  # noqa: E402
 
     our_bert, our_tok = load_bert(folder, torch.float32)
+    our_bert64, _ = load_bert(folder, torch.float64)
+    pre64 = TextPreprocessorModule.TextPreprocessor(copy.deepcopy(hf_bert).double(), pre.tokenizer, "cpu")
     torch.set_num_threads(1)
     for text in BERT_TEXTS:
         with segmenter(jieba_fast):
@@ -340,9 +345,15 @@ with tempfile.TemporaryDirectory() as tmp:
             mine = frontend.phone_features(our_bert(frontend.bert_input_ids(case["norm"], our_tok)), case["word2ph"])
         hf_ids = pre.tokenizer(case["norm"], return_tensors="pt")["input_ids"]
         assert torch.equal(hf_ids, frontend.bert_input_ids(case["norm"], our_tok)), "tokenisation differs"
-        print(f"BERT features {text!r}: shape {tuple(want.shape)}, equal {torch.equal(mine, want)}")
+        with torch.no_grad():
+            want64 = pre64.get_bert_feature(case["norm"], case["word2ph"])
+            mine64 = frontend.phone_features(our_bert64(frontend.bert_input_ids(case["norm"], our_tok)), case["word2ph"])
+        f64_error = ((mine64 - want64).abs().max() / want64.abs().max()).item()
+        print(f"BERT features {text!r}: shape {tuple(want.shape)}, equal {torch.equal(mine, want)}, "
+              f"float64 error {f64_error:.3g}")
         out["bert"][text] = {"norm": case["norm"], "word2ph": case["word2ph"], "shape": list(want.shape),
-                             "rows": want[:4].tolist(), "equal": torch.equal(mine, want)}
+                             "rows": want[:4].tolist(), "equal": torch.equal(mine, want),
+                             "rows_f64": want64[:4].tolist(), "f64_error": f64_error}
 
 (HERE / "fixtures" / "zhfront.json").write_text(json.dumps(out, indent=0, ensure_ascii=False), encoding="utf-8")
 print("wrote", HERE / "fixtures" / "zhfront.json")

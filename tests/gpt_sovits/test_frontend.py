@@ -26,6 +26,7 @@ def lexicon(tmp_path_factory) -> dict:
     return english.read_lexicon(folder)
 
 
+@pytest.mark.golden
 @pytest.mark.parametrize("text", sorted(FIXTURE["cases"]))
 def test_symbols_equal_upstream(lexicon, text):
     case = FIXTURE["cases"][text]

@@ -5,18 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from mizuoto.nodes.gpt_sovits import tone_sandhi, zh_normalize
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "zhnorm.json").read_text(encoding="utf-8"))
 SANDHI = FIXTURE["tone_sandhi"]
 
 
+@pytest.mark.golden
 def test_pre_merge_for_modify_equals_upstream():
     got = [[list(p) for p in tone_sandhi.pre_merge_for_modify([tuple(p) for p in c["seg"]])]
            for c in SANDHI["pre_merge_for_modify"]]
     assert got == [c["merged"] for c in SANDHI["pre_merge_for_modify"]]
 
 
+@pytest.mark.golden
 def test_modified_tone_equals_upstream():
     cases = SANDHI["modified_tone"]
     assert len(cases) > 300
@@ -35,6 +39,7 @@ def test_sandhi_examples():
     assert tone_sandhi.pre_merge_for_modify([("听", "v"), ("一", "m"), ("听", "v")]) == [("听一听", "v")]
 
 
+@pytest.mark.golden
 def test_normalize_equals_upstream():
     cases = FIXTURE["normalize"]["texts"]
     assert len(cases) > 300

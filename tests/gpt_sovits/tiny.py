@@ -70,6 +70,14 @@ BERT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "，", "。", "你",
 SV_KWARGS = {"base_width": 32, "scale": 2, "expansion": 2, "m_channels": 8, "num_blocks": (1, 1, 1, 1)}
 
 
+def randn(*shape: int, generator: torch.Generator) -> torch.Tensor:
+    """Standard normal float32 numbers that are the same on every machine: drawn in float64 and rounded.
+    torch's float32 randn takes a vectorised Box-Muller under AVX2 / AVX-512 and a scalar one elsewhere
+    (ATEN_CPU_CAPABILITY=default: 39% of the numbers differ, by up to 2e-6); its float64 randn is one
+    scalar path, so the fixtures' weights and inputs do not move with the CPU."""
+    return torch.randn(shape, generator=generator, dtype=torch.float64).float()
+
+
 def random_state(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], seed: int = SEED) -> dict[str, torch.Tensor]:
     """One tensor per name, drawn from `seed` and the name alone (any order, any superset gives the same
     tensor for a name); sized so activations stay finite through every block."""
@@ -80,7 +88,7 @@ def random_state(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], seed: i
             out[name] = torch.zeros(shape, dtype=dtype)
             continue
         leaf = name.rsplit(".", 1)[-1]
-        r = torch.randn(shape, generator=g)
+        r = randn(*shape, generator=g)
         if leaf in ("inited",):
             t = torch.ones(shape)
         elif leaf == "running_var" or leaf == "cluster_size":
@@ -241,15 +249,46 @@ def eos_likely(weight: torch.Tensor, direction: torch.Tensor, scale: float = 2.5
     weight[-1] = scale * direction / direction.norm()
 
 
+# T2S logits kept in the fixture (teacher-forced along the recorded tokens): the prompt's, the next, the first
+# step EOS may end, the last.
+T2S_LOGIT_ROWS = [0, 1, 11, -1]
+
+
+def t2s_forced_logits(t2s, phones: torch.Tensor, bert: torch.Tensor, prompt: torch.Tensor,
+                      tokens: torch.Tensor) -> torch.Tensor:
+    """Our T2S's logits [len(tokens), vocab] along `tokens`, as `generate` computes them (prefill, then one
+    step per token), with no draw: the float comparison of the T2S, whatever sampling would pick."""
+    from mizuoto.runtime.lm.cache import DynamicCache
+    cache = DynamicCache()
+    rows = [t2s.prefill(phones[None], bert[None], prompt, cache)]
+    for i, token in enumerate(tokens[:-1].tolist()):
+        rows.append(t2s.step(torch.tensor([[token]]), prompt.shape[1] + i, cache))
+    return torch.cat(rows)
+
+
+def prior_noise(cfg: SoVITSConfig, n_codes: int, speed: float, seed: int = 5) -> torch.Tensor:
+    """The prior noise SynthesizerTrn.forward draws (float32, torch's randn) from `seed`: shape [1,
+    inter_channels, frames], frames as its text encoder resamples for `speed`. make_fixtures.py records it
+    (`sovits.noise.<speed>`), so the float64 run takes the float32 run's numbers on any machine."""
+    frames = 2 * n_codes if speed == 1 else int(2 * n_codes / speed) + 1
+    return torch.randn((1, cfg.inter_channels, frames), generator=torch.Generator().manual_seed(seed))
+
+
+def f64_reference(recorded: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """upstream's float64 output for `name`: the float32 output plus its recorded float32 correction
+    (`name.f64-f32` = f64 - f32; their sum is the float64 value to ~1e-13 of its scale)."""
+    return recorded[name].double() + recorded[name + ".f64-f32"].double()
+
+
 def fixture_inputs(seed: int = 11) -> dict[str, torch.Tensor]:
     """The inputs make_fixtures.py ran upstream on (regenerated here instead of stored)."""
     g = torch.Generator().manual_seed(seed)
-    return {"t2s.phones": torch.randint(0, 732, (9,), generator=g), "t2s.bert": torch.randn(1024, 9, generator=g),
+    return {"t2s.phones": torch.randint(0, 732, (9,), generator=g), "t2s.bert": randn(1024, 9, generator=g),
             "t2s.prompt": torch.randint(0, 64, (1, 7), generator=g),
-            "hubert.wav": torch.cat([0.1 * torch.randn(16000, generator=g), torch.zeros(9600)]),
+            "hubert.wav": torch.cat([0.1 * randn(16000, generator=g), torch.zeros(9600)]),
             "bert.ids": torch.tensor([[2, 7, 8, 5, 9, 10, 12, 6, 3]]),
-            "sv.wav": 0.2 * torch.randn(1, 16000, generator=g),
-            "sovits.ref32k": (0.3 * torch.randn(1, 32000, generator=g)).clamp(-1, 1),
+            "sv.wav": 0.2 * randn(1, 16000, generator=g),
+            "sovits.ref32k": (0.3 * randn(1, 32000, generator=g)).clamp(-1, 1),
             "sovits.codes": torch.randint(0, 1024, (1, 1, 12), generator=g),
             "sovits.text": torch.randint(0, 732, (1, 10), generator=g)}
 
