@@ -57,22 +57,23 @@ def mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | Non
 
 def log_mel(wav: Tensor, basis: Tensor, n_fft: int, hop: int, win: int, *, pad: int | None = None,
             center: bool = False, magnitude_eps: float = 1e-9, floor: float = 1e-5) -> Tensor:
-    """Mono waveform [T] (or [B, T]) -> log-mel [B, n_mels, frames] in float32.
+    """Mono waveform [T] (or [B, T]) -> log-mel [B, n_mels, frames] in float32 (float64 for a float64 waveform:
+    parity checks, with `basis` upcast and the window made in float64).
 
     The HiFi-GAN-family recipe most TTS front ends use: reflect padding of `pad` samples per side
     (default (n_fft - hop) // 2) unless `center`, periodic Hann window, magnitude sqrt(re^2 + im^2 + eps),
     mel projection with `basis` [n_mels, n_fft // 2 + 1], log(max(x, floor)).
     """
-    y = wav.float()
+    y = wav if wav.dtype == torch.float64 else wav.float()
     y = y[None] if y.dim() == 1 else y
     if not center:
         pad = (n_fft - hop) // 2 if pad is None else pad
         y = F.pad(y[:, None], (pad, pad), mode="reflect")[:, 0]
-    window = torch.hann_window(win, device=y.device)
+    window = torch.hann_window(win, device=y.device, dtype=y.dtype)
     spec = torch.stft(y, n_fft, hop_length=hop, win_length=win, window=window, center=center,
                       pad_mode="reflect", normalized=False, onesided=True, return_complex=True)
     mag = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + magnitude_eps)
-    return torch.log(torch.clamp(torch.matmul(basis.to(y.device), mag), min=floor))
+    return torch.log(torch.clamp(torch.matmul(basis.to(y.device, y.dtype), mag), min=floor))
 
 
 # ---- the recipes engines share (CosyVoice, IndexTTS 2, GPT-SoVITS) -------------------------------------------
@@ -84,11 +85,12 @@ def slaney_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: fl
 
 
 def whisper_log_mel(audio: Tensor, n_mels: int = 128) -> Tensor:
-    """Whisper's log_mel_spectrogram of 16 kHz audio [T] -> [n_mels, frames]."""
-    window = torch.hann_window(400, device=audio.device)
+    """Whisper's log_mel_spectrogram of 16 kHz audio [T] -> [n_mels, frames] (in the audio's dtype: a float64
+    run upcasts the float32 filterbank, as Whisper's asset is, and makes the window in float64)."""
+    window = torch.hann_window(400, device=audio.device, dtype=audio.dtype)
     stft = torch.stft(audio, 400, 160, window=window, return_complex=True)
     magnitudes = stft[..., :-1].abs() ** 2
-    mel = slaney_filters(16000, 400, n_mels).to(audio.device) @ magnitudes
+    mel = slaney_filters(16000, 400, n_mels).to(audio.device, audio.dtype) @ magnitudes
     log_spec = torch.clamp(mel, min=1e-10).log10()
     log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
     return (log_spec + 4.0) / 4.0
@@ -111,21 +113,26 @@ def kaldi_fbank(wav: Tensor, num_mel_bins: int = 80, sample_frequency: float = 1
     window = torch.hann_window(size, periodic=False, device=wav.device, dtype=wav.dtype).pow(0.85).unsqueeze(0)
     frames = F.pad((frames * window).unsqueeze(0), (0, padded - size), mode="constant", value=0).squeeze(0)
     spectrum = torch.fft.rfft(frames).abs().pow(2.0)
-    banks = kaldi_mel_banks(num_mel_bins, padded, sample_frequency).to(device=wav.device, dtype=wav.dtype)
+    # made in float32 as torchaudio makes them; a float64 input gets float64 banks (no float32 rounding in it)
+    banks = kaldi_mel_banks(num_mel_bins, padded, sample_frequency,
+                            dtype=torch.float64 if wav.dtype == torch.float64 else None)
+    banks = banks.to(device=wav.device, dtype=wav.dtype)
     banks = F.pad(banks, (0, 1), mode="constant", value=0)
     return torch.max(torch.mm(spectrum, banks.T), eps).log()
 
 
-def kaldi_mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: float = 20.0) -> Tensor:
+def kaldi_mel_banks(num_bins: int, padded: int, sample_freq: float, low_freq: float = 20.0,
+                    dtype: torch.dtype | None = None) -> Tensor:
+    """torchaudio's get_mel_banks in the default dtype (float32), or in `dtype` (float64 parity checks)."""
     num_fft_bins = padded / 2
     high_freq = 0.5 * sample_freq
     fft_bin_width = sample_freq / padded
     mel_low = 1127.0 * math.log(1.0 + low_freq / 700.0)
     mel_high = 1127.0 * math.log(1.0 + high_freq / 700.0)
     delta = (mel_high - mel_low) / (num_bins + 1)
-    b = torch.arange(num_bins).unsqueeze(1)
+    b = torch.arange(num_bins, dtype=dtype).unsqueeze(1)
     left, center, right = mel_low + b * delta, mel_low + (b + 1.0) * delta, mel_low + (b + 2.0) * delta
-    mel = (1127.0 * (1.0 + fft_bin_width * torch.arange(num_fft_bins) / 700.0).log()).unsqueeze(0)
+    mel = (1127.0 * (1.0 + fft_bin_width * torch.arange(num_fft_bins, dtype=dtype) / 700.0).log()).unsqueeze(0)
     up = (mel - left) / (center - left)
     down = (right - mel) / (right - center)
     return torch.max(torch.zeros(1), torch.min(up, down))
