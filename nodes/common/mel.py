@@ -57,22 +57,23 @@ def mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | Non
 
 def log_mel(wav: Tensor, basis: Tensor, n_fft: int, hop: int, win: int, *, pad: int | None = None,
             center: bool = False, magnitude_eps: float = 1e-9, floor: float = 1e-5) -> Tensor:
-    """Mono waveform [T] (or [B, T]) -> log-mel [B, n_mels, frames] in float32.
+    """Mono waveform [T] (or [B, T]) -> log-mel [B, n_mels, frames] in float32 (float64 for a float64 waveform:
+    parity checks, with `basis` upcast and the window made in float64).
 
     The HiFi-GAN-family recipe most TTS front ends use: reflect padding of `pad` samples per side
     (default (n_fft - hop) // 2) unless `center`, periodic Hann window, magnitude sqrt(re^2 + im^2 + eps),
     mel projection with `basis` [n_mels, n_fft // 2 + 1], log(max(x, floor)).
     """
-    y = wav.float()
+    y = wav if wav.dtype == torch.float64 else wav.float()
     y = y[None] if y.dim() == 1 else y
     if not center:
         pad = (n_fft - hop) // 2 if pad is None else pad
         y = F.pad(y[:, None], (pad, pad), mode="reflect")[:, 0]
-    window = torch.hann_window(win, device=y.device)
+    window = torch.hann_window(win, device=y.device, dtype=y.dtype)
     spec = torch.stft(y, n_fft, hop_length=hop, win_length=win, window=window, center=center,
                       pad_mode="reflect", normalized=False, onesided=True, return_complex=True)
     mag = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + magnitude_eps)
-    return torch.log(torch.clamp(torch.matmul(basis.to(y.device), mag), min=floor))
+    return torch.log(torch.clamp(torch.matmul(basis.to(y.device, y.dtype), mag), min=floor))
 
 
 # ---- the recipes engines share (CosyVoice, IndexTTS 2, GPT-SoVITS) -------------------------------------------
@@ -84,11 +85,12 @@ def slaney_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: fl
 
 
 def whisper_log_mel(audio: Tensor, n_mels: int = 128) -> Tensor:
-    """Whisper's log_mel_spectrogram of 16 kHz audio [T] -> [n_mels, frames]."""
-    window = torch.hann_window(400, device=audio.device)
+    """Whisper's log_mel_spectrogram of 16 kHz audio [T] -> [n_mels, frames] (in the audio's dtype: a float64
+    run upcasts the float32 filterbank, as Whisper's asset is, and makes the window in float64)."""
+    window = torch.hann_window(400, device=audio.device, dtype=audio.dtype)
     stft = torch.stft(audio, 400, 160, window=window, return_complex=True)
     magnitudes = stft[..., :-1].abs() ** 2
-    mel = slaney_filters(16000, 400, n_mels).to(audio.device) @ magnitudes
+    mel = slaney_filters(16000, 400, n_mels).to(audio.device, audio.dtype) @ magnitudes
     log_spec = torch.clamp(mel, min=1e-10).log10()
     log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
     return (log_spec + 4.0) / 4.0

@@ -96,10 +96,12 @@ class PreLookaheadLayer(nn.Module):
 
 
 def sinusoidal(t: Tensor, dim: int, scale: float = 1000) -> Tensor:
-    """Matcha/F5 timestep embedding: [sin, cos] of scale * t * 10000^(-i / (dim/2 - 1))."""
+    """Matcha/F5 timestep embedding: [sin, cos] of scale * t * 10000^(-i / (dim/2 - 1)) (frequencies in float32
+    as upstream makes them, in float64 for a float64 t)."""
     half = dim // 2
     step = math.log(10000) / (half - 1)
-    freqs = torch.exp(torch.arange(half, device=t.device).float() * -step)
+    work = torch.float64 if t.dtype == torch.float64 else torch.float32
+    freqs = torch.exp(torch.arange(half, device=t.device, dtype=work) * -step)
     emb = scale * t.unsqueeze(1) * freqs.unsqueeze(0)
     return torch.cat((emb.sin(), emb.cos()), dim=-1)
 
@@ -108,11 +110,13 @@ def sinusoidal(t: Tensor, dim: int, scale: float = 1000) -> Tensor:
 
 
 def rel_positions(length: int, dim: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """ESPnet relative positional encoding [1, 2L-1, D]: positions L-1 .. 0 .. -(L-1)."""
-    pos = torch.arange(0, length, dtype=torch.float32, device=device).unsqueeze(1)
-    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=device) * -(math.log(10000.0) / dim))
-    pe_pos = torch.zeros(length, dim, device=device)
-    pe_neg = torch.zeros(length, dim, device=device)
+    """ESPnet relative positional encoding [1, 2L-1, D]: positions L-1 .. 0 .. -(L-1) (made in float32 as
+    upstream makes it, in float64 for a float64 model)."""
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    pos = torch.arange(0, length, dtype=work, device=device).unsqueeze(1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=work, device=device) * -(math.log(10000.0) / dim))
+    pe_pos = torch.zeros(length, dim, device=device, dtype=work)
+    pe_neg = torch.zeros(length, dim, device=device, dtype=work)
     pe_pos[:, 0::2] = torch.sin(pos * div)
     pe_pos[:, 1::2] = torch.cos(pos * div)
     pe_neg[:, 0::2] = torch.sin(-1 * pos * div)
@@ -381,7 +385,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, dim_head, 2).float() / dim_head)))
 
     def forward(self, length: int) -> Tensor:
-        inv_freq = self.inv_freq.float()
+        inv_freq = self.inv_freq.to(torch.promote_types(self.inv_freq.dtype, torch.float32))   # float64 stays
         freqs = torch.arange(length, device=inv_freq.device).type_as(inv_freq)[:, None] * inv_freq[None]
         return torch.stack((freqs, freqs), dim=-1).flatten(-2)
 
@@ -581,4 +585,5 @@ class Flow(nn.Module):
         times = cosine_t_span(c.n_timesteps, mu.dtype, mu.device)
         x = solve(guided(both, c.inference_cfg_rate, mix, double=True), x0, times, method="euler", clock="accumulate",
                   callback=callback)
-        return x.float()[:, :, prompt_frames:]
+        # float32 as upstream returns it from half precision; a float64 run stays float64
+        return x.to(torch.promote_types(x.dtype, torch.float32))[:, :, prompt_frames:]

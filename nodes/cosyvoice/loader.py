@@ -207,11 +207,13 @@ def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> Co
     flow_path = folder / "flow.pt"
     flow_state = read_state(flow_path)
     flow = load_module_from_state(lambda: Flow(fc), flow_state, dtype, flow_path, sizes).eval()
-    if version == 3:
+    if version == 3 and dtype != torch.float64:   # a float64 load casts them up, as upstream's .double() does
         keep_dtype(flow, "decoder.estimator.rotary_embed.", flow_state)
     hift_path = folder / "hift.pt"
     hift_state = {k.replace("generator.", ""): v for k, v in read_state(hift_path).items()}
-    hift_state = fold_weight_norm(hift_state, hift_path, wide=lambda k: hc.causal and k.startswith("f0_predictor."))
+    # folded in float64 where upstream computes the weight in float64 (its modules .double()'d: all of them)
+    hift_state = fold_weight_norm(hift_state, hift_path, wide=lambda k: dtype == torch.float64
+                                  or (hc.causal and k.startswith("f0_predictor.")))
     if hc.causal:   # upstream moves the causal f0 predictor to float64 before use
         hift_state = {k: v.double() if k.startswith("f0_predictor.") else v for k, v in hift_state.items()}
     hift = load_module_from_state(lambda: HiFT(hc), hift_state, dtype, hift_path, sizes).eval()

@@ -13,6 +13,8 @@ real_v{2,3}.json (every tensor name and shape of the published-size models, buil
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import sys
 import tempfile
@@ -40,6 +42,59 @@ def setup_upstream(repo: Path) -> None:
         stub = types.ModuleType(name)
         stub.__spec__ = importlib.machinery.ModuleSpec(name, None)
         sys.modules.setdefault(name, stub)
+
+
+@contextlib.contextmanager
+def float64_run():
+    """Upstream's own code run in float64 (its modules `.double()`, its inputs `.double()`), with no float32
+    left in it: every `.float()` gives float64 (the casts of results, `solve_euler`'s `sol[-1].float()` and
+    `flow.inference`'s `feat.float()`, and the float32 constants made at run time, the timestep embeddings'
+    `arange(half).float()` frequencies), so the reference is the float64 value itself and no machine's float32
+    exp/sin rounding reaches it. `mask_to_bias`, which asserts a float32/16 dtype, accepts float64 too (its
+    body unchanged). Tensors upstream stores in float32 (weights, the noise buffers) are upcast."""
+    import cosyvoice.flow.decoder as decoder
+
+    def mask_to_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        assert mask.dtype == torch.bool
+        assert dtype in [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+        mask = mask.to(dtype)
+        mask = (1.0 - mask) * -1.0e+10
+        return mask
+
+    cast, bias = torch.Tensor.float, decoder.mask_to_bias
+
+    def keep_float64(self, *args, **kwargs):
+        return self.double(*args, **kwargs)
+
+    torch.Tensor.float, decoder.mask_to_bias = keep_float64, mask_to_bias
+    try:
+        yield
+    finally:
+        torch.Tensor.float, decoder.mask_to_bias = cast, bias
+
+
+def to_float64(module: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of an upstream module; the ESPnet relative positional tables, made in float32 at
+    construction (`extend_pe`'s explicit float32 aranges), are remade in float64 by the same code."""
+    import inspect
+    import textwrap
+
+    from cosyvoice.transformer.embedding import EspnetRelPositionalEncoding
+
+    module = copy.deepcopy(module).double()
+    src = textwrap.dedent(inspect.getsource(EspnetRelPositionalEncoding.extend_pe))
+    for old, new in (("dtype=torch.float32", "dtype=x.dtype"),
+                     ("torch.zeros(x.size(1), self.d_model)", "torch.zeros(x.size(1), self.d_model, dtype=x.dtype)")):
+        assert old in src, old
+        src = src.replace(old, new)
+    scope: dict = {}
+    exec(src, vars(inspect.getmodule(EspnetRelPositionalEncoding)), scope)
+    for m in module.modules():
+        if isinstance(m, EspnetRelPositionalEncoding):
+            length = (m.pe.size(1) + 1) // 2
+            m.pe = None
+            scope["extend_pe"](m, torch.zeros(1, length, dtype=torch.float64))
+    return module
 
 
 def build_upstream(version: int, qwen_dir: Path):
@@ -103,10 +158,23 @@ def run_version(version: int, work: Path) -> None:
                             streaming=False, finalize=True)
     out.update({"flow.token": token, "flow.prompt_token": prompt_token, "flow.prompt_feat": prompt_feat,
                 "flow.embedding": embedding, "flow.mel": mel})
+    # the same weights, inputs and noise in float64 (the noise buffer is upstream's float32 draw, upcast)
+    flow64 = to_float64(flow)
+    with float64_run():
+        mel64, _ = flow64.inference(token=token, token_len=torch.tensor([15], dtype=torch.int32),
+                                    prompt_token=prompt_token, prompt_token_len=torch.tensor([10], dtype=torch.int32),
+                                    prompt_feat=prompt_feat.double(), prompt_feat_len=torch.tensor([20], dtype=torch.int32),
+                                    embedding=embedding.double(), streaming=False, finalize=True)
+    assert mel64.dtype == torch.float64
+    # the noise it started from (upstream's seed-0 float32 buffer): the float64 test starts from these values, as
+    # float32 randn rounds differently on CPUs without AVX2
+    frames = mel.shape[2] + prompt_feat.shape[1]
+    out.update({"flow.mel.f64": mel64, "flow.noise": flow.decoder.rand_noise[:, :, :frames].clone()})
 
     # ---- HiFT: v2 draws from the global RNG, v3 from buffers (we put the request's draws there)
     hmel = torch.randn(1, 80, 12, generator=g) * 2 - 4
     seed = 5
+    hift64 = to_float64(hift)
     if version == 3:
         hg = torch.Generator().manual_seed(seed)
         rand_ini = torch.rand((1, 9), generator=hg)
@@ -115,10 +183,18 @@ def run_version(version: int, work: Path) -> None:
         sine.rand_ini = rand_ini
         sine.sine_waves = torch.rand((1, 12 * 480, 9), generator=hg)
         speech, _ = hift.inference(speech_feat=hmel, finalize=True)
+        sine64 = hift64.m_source.l_sin_gen   # the same float32 draws in its plain (never cast) attributes
+        sine64.rand_ini, sine64.sine_waves = sine.rand_ini.clone(), sine.sine_waves.clone()
+        with float64_run():
+            speech64, _ = hift64.inference(speech_feat=hmel.double(), finalize=True)
     else:
         torch.manual_seed(seed)
         speech, _ = hift.inference(speech_feat=hmel)
-    out.update({"hift.mel": hmel, "hift.seed": torch.tensor(seed), "hift.speech": speech})
+        torch.manual_seed(seed)   # the same draws in upstream's order (its randn_like noise is then float64)
+        with float64_run():
+            speech64, _ = hift64.inference(speech_feat=hmel.double())
+    assert speech64.dtype == torch.float64
+    out.update({"hift.mel": hmel, "hift.seed": torch.tensor(seed), "hift.speech": speech, "hift.speech.f64": speech64})
     torch.save(out, FIX / f"outputs_v{version}.pt")
     print(f"v{version}:", {k: (list(v.shape) if isinstance(v, torch.Tensor) else v) for k, v in out.items()
                            if k.startswith("lm.") and k[-1].isdigit()})
@@ -150,6 +226,32 @@ def frontend(work: Path) -> None:
     for fmax in (8000, None):
         out[f"matcha_mel.{fmax}"] = mel_spectrogram(wav24, n_fft=1920, num_mels=80, sampling_rate=24000, hop_size=480,
                                                     win_size=1920, fmin=0, fmax=fmax, center=False)
+    # float64 references: the same audio .double(); the stored float32 filterbanks (Whisper's mel_filters.npz,
+    # librosa's float32 mel basis in Matcha) upcast, the Hann windows computed in float64. torchaudio's fbank
+    # follows its input's dtype, except its mel banks, made in the default dtype: float64 here.
+    import matcha.utils.audio as matcha_audio
+    import whisper.audio as whisper_audio
+    filters32 = whisper_audio.mel_filters
+    whisper_audio.mel_filters = lambda device, n_mels: filters32(device, n_mels).double()
+    hann = torch.hann_window
+    torch.hann_window = lambda n, *a, **k: hann(n, *a, **{**k, "dtype": k.get("dtype") or torch.float64})
+    try:
+        out["whisper_mel.f64"] = whisper.log_mel_spectrogram(wav16.double(), n_mels=128)
+    finally:
+        whisper_audio.mel_filters, torch.hann_window = filters32, hann
+    torch.set_default_dtype(torch.float64)
+    try:
+        out["fbank.f64"] = kaldi.fbank(wav16.double(), num_mel_bins=80, dither=0, sample_frequency=16000)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    device = str(wav24.device)
+    for fmax in (8000, None):
+        key = f"{fmax}_{device}"   # Matcha's cached basis and window, put there in float64
+        matcha_audio.mel_basis[key] = matcha_audio.mel_basis[key].double()
+        matcha_audio.hann_window[device] = torch.hann_window(1920, dtype=torch.float64)
+        out[f"matcha_mel.{fmax}.f64"] = mel_spectrogram(wav24.double(), n_fft=1920, num_mels=80, sampling_rate=24000,
+                                                        hop_size=480, win_size=1920, fmin=0, fmax=fmax, center=False)
+    assert all(out[k].dtype == torch.float64 for k in out if k.endswith(".f64"))
     torch.save(out, FIX / "frontend.pt")
 
 

@@ -1,5 +1,6 @@
 """CosyVoice's front end against upstream's (fixtures/frontend.pt from make_fixtures.py): the BPE with
-upstream's added tokens, Whisper log-mel, Kaldi fbank and Matcha mel, all exact; and the text rules."""
+upstream's added tokens (exact); Whisper log-mel, Kaldi fbank and Matcha mel in float64 against the references'
+float64 runs at golden.F64_BOUND and in float32 at the bounds below; and the text rules."""
 from __future__ import annotations
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
+import golden
 from mizuoto.nodes.common.mel import kaldi_fbank, matcha_mel, whisper_log_mel
 from mizuoto.nodes.cosyvoice.frontend import TextTokenizer, normalize_text
 
@@ -18,6 +20,14 @@ def expected():
     return torch.load(FIXTURES / "frontend.pt", weights_only=True)
 
 
+# fp32 bounds (relative to the reference's max-abs), measured under every perturbation of
+# tests/test_golden_travel.py: Whisper log-mel <= 1.9e-6 (MKL_CBWR=COMPATIBLE: its FFT and filterbank matmul);
+# 5e-5 allows x25. Kaldi fbank <= 1.0e-5 (the log of its smallest power-spectrum bins; MKL_CBWR); 2e-4 allows
+# x20. Matcha mel <= 1.6e-7; 5e-6 allows x30.
+FP32_BOUNDS = {"whisper_mel": 5e-5, "fbank": 2e-4, "matcha_mel.8000": 5e-6, "matcha_mel.None": 5e-6}
+
+
+@pytest.mark.golden
 @pytest.mark.parametrize("version", [2, 3])
 def test_tokenizer_ids_equal_upstream(expected, tmp_path, version):
     pytest.importorskip("tokenizers")
@@ -34,11 +44,24 @@ def test_endofprompt_is_the_first_added_token(tmp_path):
     assert tok.token_id("<|endofprompt|>") == tok.token_id("<|im_end|>") + 1
 
 
+def features(wav16: torch.Tensor, wav24: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"whisper_mel": whisper_log_mel(wav16)[None], "fbank": kaldi_fbank(wav16),
+            "matcha_mel.8000": matcha_mel(wav24, fmax=8000)[None], "matcha_mel.None": matcha_mel(wav24, fmax=None)[None]}
+
+
+@pytest.mark.golden
 def test_features_equal_upstream(expected):
-    assert torch.equal(whisper_log_mel(expected["wav16"][0]), expected["whisper_mel"][0])
-    assert torch.equal(kaldi_fbank(expected["wav16"][0]), expected["fbank"])
-    assert torch.equal(matcha_mel(expected["wav24"][0], fmax=8000), expected["matcha_mel.8000"][0])
-    assert torch.equal(matcha_mel(expected["wav24"][0], fmax=None), expected["matcha_mel.None"][0])
+    for name, ours in features(expected["wav16"][0], expected["wav24"][0]).items():
+        golden.assert_close(ours, expected[name], FP32_BOUNDS[name], f"{name} (fp32)")
+
+
+@pytest.mark.golden
+def test_features_f64_equal_upstream(expected):
+    """whisper.log_mel_spectrogram, torchaudio's kaldi.fbank and Matcha's mel_spectrogram run on the audio
+    .double(): their float32 filterbank assets upcast, windows and Kaldi's mel banks made in float64."""
+    for name, ours in features(expected["wav16"][0].double(), expected["wav24"][0].double()).items():
+        assert ours.dtype == torch.float64, name
+        golden.assert_f64(ours, expected[name + ".f64"], f"{name} (f64)")
 
 
 def test_text_rules():

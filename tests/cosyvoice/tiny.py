@@ -185,7 +185,10 @@ YAMLS = {2: YAML_V2, 3: YAML_V3}
 def seeded_tensor(key: str, shape: tuple[int, ...], seed: int = SEED) -> torch.Tensor:
     """A deterministic tensor for parameter `key`, scaled so that tiny random networks stay finite."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
-    x = torch.randn(shape, generator=g)
+    # Drawn in float64 and rounded: torch's float32 randn has a vectorised (AVX2) and a scalar kernel that
+    # round differently (ATEN_CPU_CAPABILITY=default moves the draws by ~1e-6), its float64 randn one kernel,
+    # so these weights are the same bits on every machine, as the recorded outputs need.
+    x = torch.randn(shape, generator=g, dtype=torch.float64).float()
     leaf = key.rsplit(".", 1)[-1]
     if len(shape) >= 2 and leaf not in ("original0", "weight_g"):
         return x / math.sqrt(max(1, math.prod(shape[1:])))
