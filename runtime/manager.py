@@ -325,6 +325,14 @@ class ModelManager:
             for h in handles:
                 h.cap_bytes = max(h.min_working_set, h.loaded_bytes // 2)
 
+    def after_success(self, handles: list[ModelHandle]) -> None:
+        """A phase ran: each OOM cap doubles, and lifts once it would hold the whole component, so a
+        transient shortage costs a few requests' residency, not the component's stay on the device."""
+        with self._cond:
+            for h in handles:
+                if h.cap_bytes is not None:
+                    h.cap_bytes = None if 2 * h.cap_bytes >= h.size_bytes else 2 * h.cap_bytes
+
     def unload_all(self) -> None:
         with self._cond:
             for h in self.handles:

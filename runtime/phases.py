@@ -89,6 +89,7 @@ class RequestContext:
                 yield
             # Only readings of its own: another thread's phase on the device would inflate them.
             self._measured(name, handles, memory, [t for t in trackers if t is not None and t.own])
+            self.manager.after_success(handles)
         finally:
             self.manager.release(handles)
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...runtime.oom import is_oom
 from .onnx_reader import Model, Node
 
 # TensorProto.DataType -> torch dtype
@@ -424,6 +425,8 @@ class OnnxModule(nn.Module):
             except OnnxRuntimeError:
                 raise
             except (RuntimeError, ValueError, IndexError, KeyError, TypeError) as e:
+                if is_oom(e):
+                    raise       # out of device memory: the manager's exact retry, not a graph error
                 raise OnnxRuntimeError(f"{self.what}: node {node.name!r} ({node.op_type}) failed: {e}") from None
             for name, out in zip(node.outputs, outs):
                 if name:

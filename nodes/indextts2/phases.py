@@ -189,8 +189,9 @@ class IndexTTS2Engine(Engine):
         out = ctx.run("conditioning", [self.w2v, self.codec, self.campplus], features,
                       memory=self.features_memory(seconds))
         out.update(ctx.run("conditioning", [self.gpt],
-                           lambda: conditioners(out.pop("spk"), out.pop("emo"), out["style"]),
+                           lambda: conditioners(out["spk"], out["emo"], out["style"]),
                            memory=self.conditioners_memory(seconds)))
+        del out["spk"], out["emo"]      # only after success: a retried phase reads them again
         return out
 
     @staticmethod

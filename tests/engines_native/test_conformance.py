@@ -22,7 +22,7 @@ import torch
 
 from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.common.registry import LoadRequest, discover
-from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, VramPolicy
+from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, RequestContext, VramPolicy
 
 TESTS = Path(__file__).resolve().parents[1]
 ENGINES = {spec.engine_id: spec for spec in discover()}
@@ -176,3 +176,82 @@ def test_a_config_that_does_not_fit_the_weights_names_the_file_and_field(tmp_pat
             checked.append(f"{engine_id}:{path.relative_to(case.folder)}:{m[2]}")
     engines = {c.split(":")[0] for c in checked}
     assert engines == {e for e in ENGINES if e != "hibari"}, checked
+
+
+
+class Faults:
+    """Counts the strict device's allocations and where each phase starts; raises the simulated OOM at
+    chosen ones (`fail`: allocation numbers; `from_`: that one onwards, a persistent shortage)."""
+
+    def __init__(self, memory, monkeypatch) -> None:
+        self.allocate, self.count, self.starts = memory.allocate, 0, []
+        self.fail: set[int] = set()
+        self.from_: int | None = None
+        memory.allocate = self
+        use = RequestContext.use
+
+        def recording_use(ctx, handles, memory=0, name=None):
+            self.starts.append((name, self.count))
+            return use(ctx, handles, memory, name)
+        monkeypatch.setattr(RequestContext, "use", recording_use)
+
+    def __call__(self, storage) -> None:
+        self.count += 1
+        if self.count in self.fail or (self.from_ is not None and self.count >= self.from_):
+            raise torch.OutOfMemoryError(f"injected at allocation {self.count}")
+        self.allocate(storage)
+
+    def points(self, start: int, end: int) -> dict[str, list[int]]:
+        """Per phase name, its first run's first, middle and last allocation (counted from `start`)."""
+        runs = [(name, a) for name, a in self.starts if start <= a < end]
+        bounds = [a for _, a in runs[1:]] + [end]
+        points: dict[str, list[int]] = {}
+        for (name, a), b in zip(runs, bounds):
+            if b > a and name not in points:
+                points[name] = sorted({a + 1 - start, (a + b + 1) // 2 - start, b - start})
+        return points
+
+
+def assert_clean(engine, devices, what: str) -> None:
+    assert all(h.in_use == 0 for h in engine.handles), f"{what}: a component is still in use"
+    assert all(u.depth == 0 for h in engine.handles for u in h.layout.units), f"{what}: a unit is still entered"
+    assert devices.memory("cpu").used == sum(h.loaded_bytes for h in engine.handles), f"{what}: a copy was left"
+
+
+def test_an_oom_in_any_phase_is_retried_exactly_and_a_persistent_one_leaves_the_runtime_clean(engine_case,
+                                                                                             monkeypatch):
+    """In vram_mode low (half resident: placed and streamed units both run), one OOM at the first, middle
+    and last allocation of every phase: the exact retry gives audio `torch.equal` to the plain run (phase
+    functions are re-runnable, no engine code swallows the OOM). An OOM from a phase's middle on: the
+    request fails with the OOM, nothing stays in use or on the device. Afterwards clean requests equal
+    the plain run, and within a few of them the weights are as resident as before the OOMs."""
+    spec, case, load, plain, sizes = engine_case
+    engine, devices = build(spec, load, 4 * sum(s for s, _ in sizes) + 256 * MB, mode="low")
+    faults = Faults(devices.memory("cpu"), monkeypatch)
+    synthesize(engine, case.request)
+    loaded = [h.loaded_bytes for h in engine.handles]
+    start = faults.count
+    synthesize(engine, case.request)
+    phases = faults.points(start, faults.count)
+    assert phases, f"{spec.engine_id}: no phase allocated on the device"
+    for phase, points in phases.items():
+        for k in points:
+            faults.fail = {faults.count + k}
+            out, meta = synthesize(engine, case.request)
+            what = f"{spec.engine_id}: an OOM at allocation {k} (phase {phase})"
+            assert meta["applied"]["oom_retries"] >= 1, f"{what} was not retried"
+            assert torch.equal(out, plain), f"{what}: the retried output differs"
+            assert_clean(engine, devices, what)
+        faults.from_ = faults.count + points[1]
+        with pytest.raises(torch.OutOfMemoryError):
+            synthesize(engine, case.request)
+        faults.from_ = None
+        assert_clean(engine, devices, f"{spec.engine_id}: a persistent OOM from phase {phase}")
+    for _ in range(6):      # each phase run doubles an OOM's cap: a few clean requests restore residency
+        again, meta = synthesize(engine, case.request)
+        assert torch.equal(again, plain) and meta["applied"]["oom_retries"] == 0
+        if [h.loaded_bytes for h in engine.handles] == loaded:
+            break
+    assert [h.loaded_bytes for h in engine.handles] == loaded, f"{spec.engine_id}: residency stays lowered after OOMs"
+    assert all(engine.manager.calibration.factor(engine.manager.calibration_key(h)) == 1.0 for h in engine.handles), \
+        f"{spec.engine_id}: an OOM raised a calibration factor"
