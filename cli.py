@@ -17,6 +17,24 @@ def _settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+# The pipeline's messages name the Speak node's inputs; on the command line they name the flags.
+_FLAGS = {"reference_audio": "--reference", "reference_text": "--reference-text", "instruction": "--instruction",
+          "voice": "--voice", "language": "--language", "speed": "--speed", "seed": "--seed"}
+_PHRASES = {"leave it unconnected": "leave it out", "leave it empty": "leave it out",
+            "connect reference audio": "give --reference"}
+
+
+def cli_words(message: str) -> str:
+    """A pipeline message in the command line's words: the leading input name and the two-word inputs
+    anywhere become flags (`reference_audio: ...` -> `--reference: ...`)."""
+    name, sep, rest = message.partition(":")
+    if sep and name in _FLAGS:
+        message = _FLAGS[name] + sep + rest
+    for old, new in [*_PHRASES.items(), ("reference_audio", "--reference"), ("reference_text", "--reference-text")]:
+        message = message.replace(old, new)
+    return message
+
+
 def doctor(args: argparse.Namespace) -> int:
     """Print the memory check: the effective policy and every device with free/total memory."""
     from .runtime import DeviceService, ModelManager, SettingsError, VramPolicy
@@ -101,21 +119,70 @@ def write_wav(path: str, wav, sample_rate: int) -> None:
         raise
 
 
-def read_wav(path: str):
-    """A PCM WAV file (8/16/32-bit integer) as (samples [C, T] in their integer dtype, rate), standard library only."""
-    import wave
+# libsndfile subtypes read in the integer width they hold: the pipeline scales integer PCM exactly as
+# soundfile/librosa do, so a 16- or 24-bit file gives the same samples as before this reader.
+_INTEGER_READS = {"PCM_S8": "int16", "PCM_U8": "int16", "PCM_16": "int16", "PCM_24": "int32", "PCM_32": "int32"}
+MAX_REFERENCE_FILE_SECONDS = 3600.0     # the engines take seconds to minutes; refuse hours before decoding
 
-    import numpy as np
+
+def read_audio(path: str):
+    """A reference audio file (WAV in any PCM/float variant, FLAC, OGG, MP3, AIFF, ...) as
+    (samples [C, T], rate); a ValueError naming `--reference` for anything else."""
+    import soundfile
     import torch
 
-    with wave.open(path, "rb") as w:
-        width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
-        data = w.readframes(w.getnframes())
-    dtype = {1: np.uint8, 2: np.int16, 4: np.int32}.get(width)
-    if dtype is None:
-        raise ValueError(f"--reference {path}: {8 * width}-bit samples; expected 8, 16 or 32-bit PCM")
-    pcm = np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
-    return torch.from_numpy(pcm.reshape(-1, channels).T.copy()), rate
+    try:
+        info = soundfile.info(path)
+        if info.samplerate <= 0 or info.channels <= 0:
+            raise ValueError(f"{info.channels} channels at {info.samplerate} Hz")
+        seconds = info.frames / info.samplerate
+        if seconds > MAX_REFERENCE_FILE_SECONDS:
+            raise ValueError(f"{seconds:.0f} s long; expected at most {MAX_REFERENCE_FILE_SECONDS:.0f} s")
+        data, rate = soundfile.read(path, dtype=_INTEGER_READS.get(info.subtype, "float32"), always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, OSError) as e:
+        raise ValueError(f"--reference {path}: cannot be read as audio ({e}); expected WAV, FLAC, OGG, MP3 "
+                         "or another format libsndfile reads") from None
+    except ValueError as e:
+        raise ValueError(f"--reference {path}: {e}") from None
+    return torch.from_numpy(data.T.copy()), rate
+
+
+def model_folder(spec, model: str | None, download: bool):
+    """`--model` as a folder: a path, a model folder in the TTS folders, or (with `--download`) a known
+    model fetched as the loader node does; a ValueError that says where it looked and what it knows."""
+    import os
+    from pathlib import Path
+
+    from .nodes.common import folders
+    from .nodes.common.download import DownloadError
+    from .nodes.common.loader_node import local_models
+    from .nodes.common.loader_node import model_folder as fetch
+
+    where = " or ".join(str(r / spec.engine_id) for r in folders.roots())
+    local, known = local_models(spec), [n for n in spec.models if n not in local_models(spec)]
+    listing = (f"; model folders there: {', '.join(local)}" if local else f"; {where} has no model folder yet") + \
+        (f"; known models to download with --download: {', '.join(known)}" if known else "")
+    if not model:
+        raise ValueError(f"--model: {spec.display_name} needs a model folder: a path, or a folder name in {where} "
+                         f"(the models folder is ComfyUI's models/TTS, else $MIZUOTO_MODELS_DIR){listing}")
+    if os.path.isdir(model):
+        folder = Path(model)
+    elif model in spec.models and model not in local and not download:
+        raise ValueError(f"--model {model}: not downloaded yet; add --download to fetch it into "
+                         f"{folders.roots()[0] / spec.engine_id / model}")
+    else:
+        try:
+            folder = fetch(spec, model, _download_progress) if download else folders.resolve(spec.engine_id, model)
+        except (folders.ModelNotFound, DownloadError) as e:
+            raise ValueError(f"--model {model}: {e}{listing}") from None
+    if not spec.is_model_folder(folder):
+        raise ValueError(f"--model {folder}: not a complete {spec.display_name} model folder")
+    return folder
+
+
+def _download_progress(done: int, total: int) -> None:
+    print(f"\rdownloading: {done / MB:.0f} of {total / MB:.0f} MB", end="" if done < total else "\n",
+          file=sys.stderr, flush=True)
 
 
 def speak(args: argparse.Namespace) -> int:
@@ -125,16 +192,19 @@ def speak(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from .nodes.common import folders
+    from .nodes.common import registry
     from .nodes.common.pack_runtime import build_runtime
     from .nodes.common.pipeline import LoadedModel, SpeakRequest
     from .nodes.common.pipeline import speak as run
-    from .nodes.common.registry import PRECISIONS, LoadRequest, discover
     from .runtime import SettingsError, VramPolicy
     from .runtime.oom import is_oom
     from .runtime.policy import parse_setting
 
-    spec = {s.engine_id: s for s in discover()}[args.engine]
+    try:
+        spec = registry.engine(args.engine)
+    except ValueError as e:
+        print(f"speak: --{e}", file=sys.stderr)
+        return 2
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir) or os.path.isdir(args.output):
         print(f"speak: -o {args.output}: expected a file path in an existing folder", file=sys.stderr)
@@ -159,19 +229,10 @@ def speak(args: argparse.Namespace) -> int:
             print(f"speak: --model: {spec.display_name} has no model folder; leave it out", file=sys.stderr)
             return 2
     else:
-        if not args.model:
-            print(f"speak: --model: {spec.display_name} needs a model folder (a path, or a name in "
-                  f"models/TTS/{spec.engine_id}/)", file=sys.stderr)
-            return 2
-        folder = Path(args.model) if os.path.isdir(args.model) else None
-        if folder is None:
-            try:
-                folder = folders.resolve(spec.engine_id, args.model)
-            except folders.ModelNotFound as e:
-                print(f"speak: --model: {e}", file=sys.stderr)
-                return 2
-        if not spec.is_model_folder(folder):
-            print(f"speak: --model {folder}: not a complete {spec.display_name} model folder", file=sys.stderr)
+        try:
+            folder = model_folder(spec, args.model, args.download)
+        except ValueError as e:
+            print(f"speak: {e}", file=sys.stderr)
             return 2
     try:
         settings = {k: parse_setting(k, v) for k, v in _settings(args.setting).items()}
@@ -182,26 +243,28 @@ def speak(args: argparse.Namespace) -> int:
         print(f"speak: {e}", file=sys.stderr)
         return 2
     try:
-        reference = read_wav(args.reference) if args.reference else None
-    except (OSError, EOFError, ValueError) as e:
-        print(f"speak: --reference {args.reference}: not a readable PCM WAV file ({e})", file=sys.stderr)
+        reference = read_audio(args.reference) if args.reference else None
+    except ValueError as e:
+        print(f"speak: {e}", file=sys.stderr)
         return 2
     runtime = build_runtime(policy, strict=bool(policy.get("compute.simulate_vram_mb")))
-    model = LoadedModel(spec, LoadRequest(args.model or spec.display_name, folder, PRECISIONS[precision],
-                                          runtime.device), runtime)
+    model = LoadedModel(spec, registry.LoadRequest(args.model or spec.display_name, folder,
+                                                   registry.PRECISIONS[precision], runtime.device), runtime)
     request = SpeakRequest(text=text, seed=args.seed, speed=args.speed, language=args.language, voice=args.voice,
                            reference=reference, reference_text=args.reference_text,
                            instruction=args.instruction)
     try:
         wav, meta = run(model, request)
     except (ValueError, TypeError, OSError, FloatingPointError) as e:  # FloatingPointError: NaN audio, not written
-        print(f"speak: {e}", file=sys.stderr)
+        print(f"speak: {cli_words(str(e))}", file=sys.stderr)
         return 2
     except Exception as e:
         if not is_oom(e):
             raise
         print(f"speak: out of memory: {e}", file=sys.stderr)
         return 1
+    for warning in meta.get("warnings", []):
+        print(f"speak: warning: {cli_words(warning)}", file=sys.stderr)
     rate = meta["sample_rate"]
     write_wav(args.output, wav, rate)
     print(f"wrote {args.output}: {wav.numel() / rate:.2f} s at {rate} Hz ({spec.display_name})")
@@ -216,20 +279,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
                    help="override a compute.* setting for this run")
     p.set_defaults(func=doctor)
-    from .nodes.common.registry import discover
+    from .nodes import engine_folders     # names only: an engine is imported when it is used
 
-    engines = [s.engine_id for s in discover()]
     p = sub.add_parser("speak", help="speak text into a WAV file (the embedded voice by default)")
     p.add_argument("text", nargs="?", help="the text to read (or --text-file)")
     p.add_argument("-o", "--output", required=True, help="WAV file to write (16-bit mono)")
     p.add_argument("--text-file", help="read the text from this UTF-8 file")
-    p.add_argument("--engine", choices=engines, default="hibari",
-                   help="the engine (default: hibari, the embedded voice, which needs no model folder)")
-    p.add_argument("--model", help="the model folder: a path, or a folder name in models/TTS/<engine>/")
+    p.add_argument("--engine", default="hibari", metavar="ENGINE",
+                   help=f"{', '.join(engine_folders())} (default: hibari, the embedded voice, which needs no "
+                        "model folder)")
+    p.add_argument("--model", help="the model folder: a path, or a folder name in models/TTS/<engine>/ "
+                                   "(ComfyUI's models folder, else $MIZUOTO_MODELS_DIR)")
+    p.add_argument("--download", action="store_true",
+                   help="fetch a known model that is not there yet (checked against its published sha256)")
     p.add_argument("--precision", help="fp32, bf16 or fp16 (default: the engine's)")
     p.add_argument("--language", default="auto", help="language code (en, zh, ...; default auto)")
     p.add_argument("--voice", help="a named voice of the model")
-    p.add_argument("--reference", help="reference audio to clone (PCM WAV)")
+    p.add_argument("--reference", help="reference audio to clone (WAV, FLAC, OGG, MP3, ...)")
     p.add_argument("--reference-text", help="what the reference audio says")
     p.add_argument("--instruction", help="how to speak, where the model takes instructions")
     p.add_argument("--seed", type=int, default=0, help="noise seed; chunk i uses seed + i")

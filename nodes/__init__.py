@@ -1,19 +1,46 @@
 """ComfyUI nodes: one loader per registered engine (each `nodes/<engine>/` declares an `ENGINE`), the
-Speak node and the Runtime Settings node; model folders and the panel's route."""
-from .common import folders, routes
-from .common.loader_node import loader_node
-from .common.registry import discover
-from .common.speak import MizuotoRuntimeSettings, MizuotoSpeak
+Speak node and the Runtime Settings node; model folders and the panel's route.
 
-folders.register()
-routes.register_routes()
+The mappings are built when first read (ComfyUI reads them right after importing the pack): importing
+`nodes.common` or one engine, as the command line does, does not import every engine.
+"""
+from __future__ import annotations
 
-ENGINES = discover()
-NODE_CLASS_MAPPINGS = {spec.loader_node: loader_node(spec) for spec in ENGINES} | {
-    "MizuotoSpeak": MizuotoSpeak,
-    "MizuotoRuntimeSettings": MizuotoRuntimeSettings,
-}
-NODE_DISPLAY_NAME_MAPPINGS = {spec.loader_node: spec.loader_title for spec in ENGINES} | {
-    "MizuotoSpeak": "Speak (Mizuoto)",
-    "MizuotoRuntimeSettings": "Runtime Settings (Mizuoto)",
-}
+import functools
+import pkgutil
+from typing import Any
+
+
+def engine_folders() -> list[str]:
+    """The subpackages that may declare an engine, found without importing them (or torch)."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg and info.name != "common")
+
+
+@functools.cache
+def comfy_entry() -> dict[str, Any]:
+    """Register the model folders and the route, and build the node mappings (once per process)."""
+    from .common import folders, routes
+    from .common.loader_node import loader_node
+    from .common.registry import discover
+    from .common.speak import MizuotoRuntimeSettings, MizuotoSpeak
+
+    folders.register()
+    routes.register_routes()
+    engines = discover()
+    return {
+        "ENGINES": engines,
+        "NODE_CLASS_MAPPINGS": {spec.loader_node: loader_node(spec) for spec in engines} | {
+            "MizuotoSpeak": MizuotoSpeak,
+            "MizuotoRuntimeSettings": MizuotoRuntimeSettings,
+        },
+        "NODE_DISPLAY_NAME_MAPPINGS": {spec.loader_node: spec.loader_title for spec in engines} | {
+            "MizuotoSpeak": "Speak (Mizuoto)",
+            "MizuotoRuntimeSettings": "Runtime Settings (Mizuoto)",
+        },
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ENGINES", "NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"):
+        return comfy_entry()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

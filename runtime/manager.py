@@ -239,7 +239,7 @@ class ModelManager:
             budget = None
         elif budget < h.min_working_set:
             log.warning("%s: %.0f MB available is below its minimum working set of %.0f MB; trying anyway",
-                        h.name, budget / MB, h.min_working_set / MB)
+                        h.name, max(budget, 0) / MB, h.min_working_set / MB)   # short by more than all: 0
             budget = h.min_working_set
         h.keep_host = self.keep_host_copies(policy)
         h.load(budget)

@@ -58,3 +58,120 @@ def test_speak_bad_input_is_a_clear_error_and_writes_nothing(tmp_path):
         r = run("speak", *args, "-o", str(out))
         assert r.returncode == 2 and message in r.stderr, r.stderr
         assert list(folder.iterdir()) == []
+
+
+def speak_in_process(capsys, *args):
+    """`mizuoto speak ...` in this process: (exit code, stderr lines). An uncaught exception (what would
+    print a traceback) fails the test."""
+    from mizuoto.cli import main
+
+    code = main(["speak", *args])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_an_argument_error_imports_no_engine_and_no_torch():
+    code = ("import sys\nfrom mizuoto.cli import main\ntry:\n    main(['speak'])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'torch' in sys.modules, [m for m in sys.modules if m.startswith('mizuoto.nodes.')])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["2", "False", "[]"], r.stdout + r.stderr
+    assert "-o/--output" in r.stderr
+
+
+def test_reference_files_of_the_common_formats_are_read(tmp_path):
+    """Float, 24-bit WAVE_FORMAT_EXTENSIBLE, FLAC and MP3 references; 16-bit PCM read as its integers
+    (what the pipeline scales exactly as soundfile does)."""
+    import numpy as np
+    import soundfile
+    import torch
+
+    from mizuoto.cli import read_audio
+    from mizuoto.nodes.common.audio import to_float
+
+    t = np.arange(16000) / 16000
+    tone = (0.5 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    for name, fmt, subtype, dtype in [("f.wav", "WAV", "FLOAT", torch.float32), ("x.wav", "WAVEX", "PCM_24", torch.int32),
+                                      ("p.wav", "WAV", "PCM_16", torch.int16), ("a.flac", "FLAC", "PCM_16", torch.int16),
+                                      ("m.mp3", "MP3", "MPEG_LAYER_III", torch.float32)]:
+        path = tmp_path / name
+        soundfile.write(path, np.stack([tone, tone], axis=1), 16000, format=fmt, subtype=subtype)
+        wav, rate = read_audio(str(path))
+        assert rate == 16000 and wav.dtype == dtype and wav.shape[0] == 2, name
+        if fmt == "MP3":        # lossy, with the encoder's delay: only its length
+            assert wav.shape[1] > 15000, name
+            continue
+        assert wav.shape[1] == 16000, name
+        assert float((to_float(wav[0]) - torch.from_numpy(tone)).abs().max()) < 1e-4, name   # 16-bit quantisation
+    pcm = (tone * 32767).round().astype("<i2")
+    soundfile.write(tmp_path / "p.wav", pcm, 16000, subtype="PCM_16")
+    wav, _ = read_audio(str(tmp_path / "p.wav"))
+    assert torch.equal(wav[0], torch.from_numpy(pcm))
+
+
+def test_unreadable_references_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "notes.wav").write_text("not audio at all\n" * 10)
+    (tmp_path / "empty.wav").write_bytes(b"")
+    for name in ("notes.wav", "empty.wav", "missing.wav"):
+        code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--reference", str(tmp_path / name))
+        assert code == 2 and len(err) == 1 and f"--reference {tmp_path / name}: cannot be read as audio" in err[0], err
+    assert not (tmp_path / "o.wav").exists()
+
+
+def test_messages_name_the_command_line_flags(tmp_path, capsys):
+    import numpy as np
+    import soundfile
+
+    ref = tmp_path / "ref.wav"
+    soundfile.write(ref, np.zeros(24000, dtype=np.float32) + 0.1, 24000)
+    code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--reference", str(ref))
+    assert code == 2 and err[0].startswith("speak: --reference: this model cannot clone a voice; leave it out"), err
+    assert "reference_audio" not in err[0] and "unconnected" not in err[0]
+    code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--instruction", "whisper")
+    assert code == 2 and err == ["speak: --instruction: this model takes no instruction; leave it out"], err
+
+
+def test_a_missing_model_says_where_it_looked_and_what_it_knows(tmp_path, capsys, monkeypatch):
+    models = tmp_path / "models"
+    monkeypatch.setenv("MIZUOTO_MODELS_DIR", str(models))
+    monkeypatch.setenv("MIZUOTO_HUB_MIRROR", str(tmp_path / "empty-mirror"))
+    (tmp_path / "empty-mirror").mkdir()
+    out = str(tmp_path / "o.wav")
+    code, err = speak_in_process(capsys, "Hi.", "-o", out, "--engine", "f5_tts")
+    assert code == 2 and len(err) == 1, err
+    assert str(models / "f5_tts") in err[0] and "$MIZUOTO_MODELS_DIR" in err[0], err
+    assert "F5TTS_v1_Base" in err[0] and "--download" in err[0], err
+    code, err = speak_in_process(capsys, "Hi.", "-o", out, "--engine", "f5_tts", "--model", "F5TTS_v1_Base")
+    assert code == 2 and err == [f"speak: --model F5TTS_v1_Base: not downloaded yet; add --download to fetch it "
+                                 f"into {models / 'f5_tts' / 'F5TTS_v1_Base'}"], err
+    code, err = speak_in_process(capsys, "Hi.", "-o", out, "--engine", "f5_tts", "--model", "F5TTS_v1_Base",
+                                 "--download")
+    assert code == 2 and "could not be downloaded" in err[-1], err
+    code, err = speak_in_process(capsys, "Hi.", "-o", out, "--engine", "nope")
+    assert code == 2 and err[0].startswith("speak: --engine 'nope': not an engine of this pack; expected one of"), err
+    assert not (tmp_path / "o.wav").exists()
+
+
+def test_a_missing_embedded_voice_package_is_its_message_alone(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "hibari" else find_spec(name, *a))
+    code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"))
+    assert code == 2 and len(err) == 1 and "pip install --no-deps hibari-tts==0.2.1" in err[0], err
+
+
+def test_words_the_embedded_voice_cannot_read_are_named(tmp_path, capsys):
+    code, err = speak_in_process(capsys, "Hello Καλημέρα and こんにちは, friends.", "-o", str(tmp_path / "o.wav"))
+    assert code == 0, err
+    warnings = [e for e in err if "warning" in e]
+    assert len(warnings) == 1 and "'Καλημέρα'" in warnings[0] and "'こんにちは'" in warnings[0], err
+    code, err = speak_in_process(capsys, "Hello friends, café in Zürich.", "-o", str(tmp_path / "o.wav"))
+    assert code == 0 and not [e for e in err if "warning" in e], err
+
+
+def test_a_tiny_simulated_gpu_never_reports_negative_memory(tmp_path, capsys, caplog):
+    code, err = speak_in_process(capsys, "Hi there.", "-o", str(tmp_path / "o.wav"), "--simulate-vram-mb", "1")
+    assert code == 1 and "out of memory" in err[-1], err
+    import re
+
+    text = "\n".join(r.getMessage() for r in caplog.records) + "\n".join(err)
+    assert "0 MB available" in text and not re.search(r"-\d+ MB", text), text

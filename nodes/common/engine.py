@@ -124,6 +124,11 @@ class Engine:
         """The chunks read one per request step (sentence boundaries within `max_chunk_chars`)."""
         return split_sentences(text, self.capabilities.max_chunk_chars)
 
+    def text_warnings(self, text: str) -> list[str]:
+        """What of `text` the model will not read as written (words of a script it cannot speak): the
+        request still runs, and the pipeline reports these in meta["warnings"]."""
+        return []
+
     def memory_required(self, chunk: Chunk) -> int:
         """Working memory of a whole chunk (only for PHASED = False)."""
         raise NotImplementedError(f"{type(self).__name__} is not PHASED: it must estimate memory_required")

@@ -13,6 +13,7 @@ runtime service runs its upkeep; after an OOM failure it unloads idle models, as
 """
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import threading
@@ -27,6 +28,8 @@ from torch import Tensor
 from ...runtime.oom import is_oom
 from .audio import check_rate, check_samples, resample, to_mono
 from .engine import Capabilities, Chunk, Engine, Reference
+
+log = logging.getLogger("mizuoto")
 
 if TYPE_CHECKING:
     from .pack_runtime import PackRuntime
@@ -207,6 +210,9 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     texts = engine.split_text(req.text)
     if not texts:
         raise ValueError(f"text: nothing speakable in {req.text[:40]!r}")
+    warnings = engine.text_warnings(req.text)
+    for warning in warnings:
+        log.warning("%s: %s", engine.name, warning)
     seed = check_seed(req.seed)
     cache: dict[str, Any] = {}
     out = []
@@ -226,4 +232,4 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
             out.append(wav.reshape(-1).float().cpu())
             if progress is not None:
                 progress(i + 1, len(texts))
-    return torch.cat(out), {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate}
+    return torch.cat(out), {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate, "warnings": warnings}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,19 +100,37 @@ class EngineSpec:
         return self.loader_display or f"Load {self.display_name}"
 
 
+def _nodes_package(package: str | None) -> str:
+    return package or __name__.rsplit(".", 2)[0]          # the `nodes` package, whatever the pack is called
+
+
+def engine_folders(package: str | None = None) -> list[str]:
+    """The subpackages of `nodes/` that may declare an engine (`nodes.engine_folders`: no import)."""
+    return importlib.import_module(_nodes_package(package)).engine_folders()
+
+
+def engine(engine_id: str, package: str | None = None) -> EngineSpec:
+    """The `ENGINE` of one engine folder, importing only that engine (the command line's path)."""
+    if engine_id not in engine_folders(package):
+        raise ValueError(f"engine {engine_id!r}: not an engine of this pack; expected one of "
+                         f"{', '.join(engine_folders(package))}")
+    spec = getattr(importlib.import_module(f"{_nodes_package(package)}.{engine_id}"), "ENGINE", None)
+    if not isinstance(spec, EngineSpec) or spec.engine_id != engine_id:
+        raise ValueError(f"engine {engine_id!r}: its folder declares no EngineSpec with that id")
+    return spec
+
+
 def discover(package: str | None = None) -> list[EngineSpec]:
     """Every `ENGINE` declared by a subpackage of `nodes/` (the embedded voice first, then by name).
 
     A folder without `ENGINE` is not an engine (yet); two engines claiming one id or node id is an error.
     """
-    package = package or __name__.rsplit(".", 2)[0]          # the `nodes` package, whatever the pack is called
-    nodes = importlib.import_module(package)
+    package = _nodes_package(package)
     specs = []
-    for info in pkgutil.iter_modules(nodes.__path__):
-        if info.ispkg and info.name != "common":
-            spec = getattr(importlib.import_module(f"{package}.{info.name}"), "ENGINE", None)
-            if isinstance(spec, EngineSpec):
-                specs.append(spec)
+    for name in engine_folders(package):
+        spec = getattr(importlib.import_module(f"{package}.{name}"), "ENGINE", None)
+        if isinstance(spec, EngineSpec):
+            specs.append(spec)
     for attr in ("engine_id", "loader_node"):
         seen: dict[str, str] = {}
         for spec in specs:

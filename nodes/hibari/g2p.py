@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ _CLAUSE = re.compile(r"(?<=[,;:—])\s+")               # hibari.tts._CLAUSE
 # separators) raise inside it, and past 4 300 digits Python refuses the int itself.
 MAX_NUMBER_DIGITS = 36
 _LONG_NUMBER = re.compile(r"\d(?:[\d,]*\d)?")
+_WORD = re.compile(r"[^\W\d_]+")                    # runs of letters
 SILENT = frozenset(';:,.!?—…"()“” ')                  # vocab entries that carry no sound of their own
 
 
@@ -158,6 +160,13 @@ class HibariG2P:
     def ids(self, phonemes: str) -> list[int]:
         """hibari's Hibari.ids: vocab ids with the 0 pad at both ends; characters outside the vocab are skipped."""
         return [0, *(self.vocab[c] for c in phonemes if c in self.vocab), 0]
+
+    @staticmethod
+    def foreign_words(text: str) -> list[str]:
+        """Words with letters outside the Latin script (Greek, Cyrillic, kana, hanzi, ...): hibari spells
+        their letters out by name or drops them, so they are not read as words."""
+        return [w for w in _WORD.findall(text)
+                if any(c.isalpha() and not unicodedata.name(c, "").startswith("LATIN") for c in w)]
 
     def speakable(self, phonemes: str) -> bool:
         return any(c in self.vocab and c not in SILENT for c in phonemes)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...runtime.loading import CheckpointError
 from ...runtime.paths import cache_dir
 from ..common.download import sha256_of
 from .model import HibariModel
@@ -34,8 +35,8 @@ CACHE_FORMAT = "2"   # bump when the state-dict layout changes (2: content hash 
 _PREFIXES = {"pn.": "prosody.", "m.": "decoder."}
 
 
-class WeightFileError(RuntimeError):
-    """A weight file is missing, altered or unreadable."""
+class WeightFileError(CheckpointError):
+    """A weight file (or the package holding it) is missing, altered or unreadable."""
 
 
 def package_assets() -> Path:

@@ -52,6 +52,14 @@ class HibariEngine(Engine):
     def split_text(self, text: str) -> list[str]:
         return self.voice.chunks(text)
 
+    def text_warnings(self, text: str) -> list[str]:
+        words = list(dict.fromkeys(self.voice.g2p.foreign_words(text)))
+        if not words:
+            return []
+        shown = ", ".join(repr(w) for w in words[:10]) + (f" and {len(words) - 10} more" if len(words) > 10 else "")
+        return [f"text: could not read {shown}: the embedded voice reads English; letters of other scripts "
+                "are spelled out by name or left out"]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> torch.Tensor:
         """One phoneme chunk -> mono float32 waveform [T] on the CPU."""
         ids = torch.tensor([self.voice.g2p.ids(chunk.text)], dtype=torch.long, device=self.device)
