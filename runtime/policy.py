@@ -66,11 +66,12 @@ class _Kind:
     expected: str                                   # for error messages
     valid: Callable[[Any], bool]                    # is a typed value (JSON, Python) acceptable
     parse: Callable[[str], Any] | None = None       # environment string -> typed value, or ValueError
+    choices: tuple[str, ...] = ()                   # the words of a choice setting (UI lists)
 
 
 def _choice(*options: str) -> _Kind:
     return _Kind("one of " + ", ".join(options),
-                 lambda v: isinstance(v, str) and v in options, lambda s: s.strip().lower())
+                 lambda v: isinstance(v, str) and v in options, lambda s: s.strip().lower(), options)
 
 
 def _is_int(v: Any) -> bool:
@@ -201,6 +202,11 @@ def json_object(text: str, source: str) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise SettingsError(f"{source} must hold a JSON object, not {type(data).__name__}")
     return data
+
+
+def setting_choices(key: str) -> tuple[str, ...]:
+    """The words a choice setting accepts (the Runtime Settings node lists exactly these)."""
+    return _kind(key, "setting_choices").choices
 
 
 def parse_setting(key: str, text: str, source: str = "command line") -> Any:

@@ -127,3 +127,17 @@ def test_pack_imports_under_any_folder_name_without_comfyui(tmp_path):
             "assert 'comfy' not in sys.modules and 'onnxruntime' not in sys.modules; print('ok')")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_runtime_settings_lists_every_value_the_policy_accepts():
+    """One list: what the node offers for a choice setting is what the validator accepts, plus default."""
+    from mizuoto.nodes.common.speak import SETTING_INPUTS
+    from mizuoto.runtime.policy import setting_choices
+
+    inputs = MizuotoRuntimeSettings.INPUT_TYPES()["required"]
+    checked = []
+    for name, (kind, key) in SETTING_INPUTS.items():
+        if isinstance(kind, list) and setting_choices(key):
+            assert inputs[name][0] == ["default", *setting_choices(key)], name
+            checked.append(name)
+    assert "shared" in inputs["vram_mode"][0] and {"vram_mode", "host_copies", "kv_cache"} <= set(checked)

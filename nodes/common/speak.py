@@ -5,7 +5,7 @@ import sys
 from typing import Any
 
 from ...runtime import SettingsError, VramPolicy
-from ...runtime.policy import json_object, parse_setting
+from ...runtime.policy import json_object, parse_setting, setting_choices
 from .pipeline import MAX_SEED, LoadedModel, SpeakRequest, speak
 from .registry import discover
 
@@ -71,14 +71,14 @@ class MizuotoSpeak:
 
 
 SETTING_INPUTS = {
-    "vram_mode": (["default", "high", "normal", "low", "none"], "compute.vram_mode"),
+    "vram_mode": (["default", *setting_choices("compute.vram_mode")], "compute.vram_mode"),
     "vram_reserve_mb": (("INT", {"default": -1, "min": -1, "max": 1 << 20}), "compute.vram_reserve_mb"),
     "vram_limit_mb": (("INT", {"default": -1, "min": -1, "max": 1 << 22}), "compute.vram_limit_mb"),
     "async_offload": (("INT", {"default": -1, "min": -1, "max": 8}), "compute.async_offload"),
-    "host_copies": (["default", "auto", "on", "off"], "compute.host_copies"),
+    "host_copies": (["default", *setting_choices("compute.host_copies")], "compute.host_copies"),
     "oom_retry": (["default", "on", "off"], "compute.oom_retry"),
     "oom_fallback": (["default", "on", "off"], "compute.oom_fallback"),
-    "kv_cache": (["default", "dynamic", "static"], "compute.kv_cache"),
+    "kv_cache": (["default", *setting_choices("compute.kv_cache")], "compute.kv_cache"),
 }
 
 
