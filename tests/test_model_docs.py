@@ -65,3 +65,9 @@ def test_readme_points_new_users_at_the_page():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "docs/models.md" in readme
     assert "MIZUOTO_MODELS_DIR" in readme and "models/TTS/<engine>/<model>/" in readme
+
+
+def test_every_engine_has_its_test_readme():
+    """The README says each engine's tests/<engine>/README.md has its parity table or recipe."""
+    missing = [s.engine_id for s in discover() if not (ROOT / "tests" / s.engine_id / "README.md").is_file()]
+    assert not missing
