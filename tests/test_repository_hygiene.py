@@ -36,8 +36,8 @@ def test_patterns_catch_machine_paths_and_spare_the_rest():
     bad = [_S + "work" + _S + "venv-f5/bin/python", "cd " + _S + "root" + _S + ".cache",
            _S + "home" + _S + "alice" + _S + "x", "'" + _S + "Users" + _S + "bob" + _S + "x'",
            "C:" + "\\" + "Users" + "\\" + "me"]
-    good = ["https://example.com" + _S + "work" + _S + "x", "tests" + _S + "work" + _S + "x", "~" + _S + ".cache/mizuoto",
-            "$UPSTREAM_DIR/fish_speech", _S + "home" + _S]
+    good = ["https://example.com" + _S + "work" + _S + "x", "tests" + _S + "work" + _S + "x",
+            "~" + _S + ".cache/mizuoto", "$UPSTREAM_DIR/fish_speech", _S + "home" + _S]
     assert all(offending_lines(b) for b in bad)
     assert not any(offending_lines(g) for g in good)
 
