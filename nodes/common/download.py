@@ -11,10 +11,13 @@ import hashlib
 import json
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .registry import Download
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -87,6 +90,37 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def layout(downloads: Sequence[Download], root: str = "<model>/") -> str:
+    """The model folder a model's downloads make, as a plain-ASCII tree (error messages may reach a
+    Windows console that cannot print box-drawing characters): each entry after its repository path.
+
+    Entries are the `include` patterns with `strip` / `into` applied, so a pattern such as
+    `qwen0.6bemo4-merge/*` stays a pattern ("every matching file"), and `*` means the whole repository.
+    """
+    tree: dict = {}
+    for d in downloads:
+        for pattern in d.include:
+            *dirs, leaf = d.destination(pattern).split("/")
+            node = tree
+            for part in dirs:
+                node = node.setdefault(part + "/", {})
+            node[leaf] = f"{d.repo}: {pattern}"
+    lines: list[tuple[str, str]] = []
+
+    def walk(node: dict, prefix: str) -> None:
+        # folders after files, each group sorted, so the listing does not depend on declaration order
+        items = sorted(node.items(), key=lambda kv: (isinstance(kv[1], dict), kv[0]))
+        for i, (name, value) in enumerate(items):
+            last = i == len(items) - 1
+            lines.append((prefix + ("`-- " if last else "|-- ") + name, "" if isinstance(value, dict) else value))
+            if isinstance(value, dict):
+                walk(value, prefix + ("    " if last else "|   "))
+
+    walk(tree, "")
+    width = max(len(entry) for entry, _ in lines) if lines else 0
+    return "\n".join([root] + [f"{entry.ljust(width)}  <- {src}" if src else entry for entry, src in lines])
 
 
 def download_plan(downloads, source: Source) -> list:

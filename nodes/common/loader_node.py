@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import folders
-from .download import DownloadError, HuggingFaceSource, LocalSource, download_model, download_plan
+from .download import DownloadError, HuggingFaceSource, LocalSource, download_model, download_plan, layout
 from .pack_runtime import get_runtime
 from .pipeline import LoadedModel
 from .registry import PRECISIONS, EngineSpec, LoadRequest
@@ -54,9 +54,10 @@ def model_folder(spec: EngineSpec, name: str, progress: Callable[[int, int], Non
     try:
         return download_model(download_plan(spec.models[name], source), dest, source, progress, what=name)
     except DownloadError as e:
-        repos = ", ".join(d.repo for d in spec.models[name])
+        # the layout, not just the repositories: several models need subfolders (vocos/, campplus/, ...)
         raise DownloadError(f"model {name!r} is not in {dest} and could not be downloaded: {e}. To install it "
-                            f"by hand, put the files of {repos} into {dest}") from None
+                            f"by hand, download these hub files (repository: path; * matches any name) into "
+                            f"this layout:\n{layout(spec.models[name], f'{dest}/')}") from None
 
 
 def current_name(spec: EngineSpec, name: str) -> str:

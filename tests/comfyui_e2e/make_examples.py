@@ -13,7 +13,7 @@ values among the choices, e.g. a loader's model among its known models; `widgets
 present, naming the same values) and its links must survive the load; the file is then rewritten
 as the frontend's own `app.graph.serialize()` of it, so it too is exactly what ComfyUI saves.
 
-    COMFYUI_PATH=/work/comfyui /work/venv-comfy/bin/python tests/comfyui_e2e/make_examples.py
+    COMFYUI_PATH=<ComfyUI checkout> <its venv>/bin/python tests/comfyui_e2e/make_examples.py   # see README.md
 """
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 
 Runs only where the repository and the reference venv exist (see README.md):
 
-    /work/venv-cosyvoice/bin/python tests/cosyvoice/make_fixtures.py /work/upstream-cosyvoice /work/upstream-3dspeaker
+    "$REF_VENV"/bin/python tests/cosyvoice/make_fixtures.py "$UPSTREAM_DIR/cosyvoice" "$UPSTREAM_DIR/3dspeaker"
+
+(arguments: a checkout of FunAudioLLM/CosyVoice with third_party/Matcha-TTS, and one of modelscope/3D-Speaker;
+or $COSYVOICE_REPO and $SPEAKERLAB_REPO.)
 
 For each version it builds upstream's own classes from the tiny YAML of tiny.py (HyperPyYAML, as
 upstream loads its config), fills every parameter with tiny.seeded_state, runs them on fixed inputs and
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import sys
 import tempfile
 import types
@@ -322,7 +326,7 @@ def onnx_graphs(work: Path) -> None:
     from s3tokenizer.model_v2 import ModelConfig, S3TokenizerV2
     from s3tokenizer.model_v3 import ModelConfigV3, S3TokenizerV3
 
-    sys.path.insert(0, sys.argv[2] if len(sys.argv) > 2 else "/work/upstream-3dspeaker")
+    sys.path.insert(0, str(upstream_path(2, "SPEAKERLAB_REPO", "a checkout of modelscope/3D-Speaker")))
     from speakerlab.models.campplus.DTDNN import CAMPPlus
 
     rotary = m2.apply_rotary_emb
@@ -403,8 +407,17 @@ def real_structure(repo: Path, work: Path) -> None:
         print(f"real v{version}:", {k: len(v) for k, v in out["tensors"].items()})
 
 
+def upstream_path(index: int, env: str, what: str) -> Path:
+    """Argument `index`, else $`env`: upstream code lives outside the repository, wherever you put it."""
+    value = sys.argv[index] if len(sys.argv) > index else os.environ.get(env)
+    if not value:
+        raise SystemExit(f"make_fixtures.py needs {what}: pass it as argument {index} or set ${env} "
+                         f"(tests/cosyvoice/README.md, 'Remaking the fixtures')")
+    return Path(value)
+
+
 def main() -> None:
-    repo = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/upstream-cosyvoice")
+    repo = upstream_path(1, "COSYVOICE_REPO", "a checkout of FunAudioLLM/CosyVoice")
     setup_upstream(repo)
     torch.set_num_threads(1)
     FIX.mkdir(exist_ok=True)

@@ -1,6 +1,6 @@
 """Record the tensor names and shapes of the real-size upstream models (run in the parity venv):
 
-    /work/venv-f5/bin/python tests/f5_tts/real_structure.py
+    "$REF_VENV"/bin/python tests/f5_tts/real_structure.py
 
 Builds upstream's `CFM(DiT(**arch))` from the F5TTS_v1_Base.yaml shipped in f5-tts 1.1.22 (vocabulary:
 the package's infer/examples/vocab.txt, the published one) and `Vocos.from_hparams` from the

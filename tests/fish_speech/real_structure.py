@@ -1,6 +1,6 @@
 """Record the tensor names and shapes of upstream's real-size modules (parity venv; fish-speech 0.1.0).
 
-    /work/venv-fish/bin/python tests/fish_speech/real_structure.py     # writes real_s1_mini.json here
+    "$REF_VENV"/bin/python tests/fish_speech/real_structure.py     # writes real_s1_mini.json here
 
 Codec: built on `meta` from the published `configs/modded_dac_vq.yaml` of the installed package (read as
 plain data), weight norm applied as upstream does, so the names are those of `codec.pth`.
@@ -13,8 +13,8 @@ rope_base=1000000, norm_eps=1e-06, max_seq_len=8192, ..., tie_word_embeddings=Fa
 attention_qk_norm=True, codebook_size=4096, num_codebooks=10, ..., scale_codebook_embeddings=True, ...,
 n_fast_layer=4, fast_dim=1024, fast_n_head=16, fast_n_local_heads=8, fast_head_dim=64,
 fast_intermediate_size=3072, ...)" followed by "Model weights loaded - Status: <All keys matched
-successfully>"), a docker log of the repository head's server kept in a public GitHub repository (the
-search index holds it as file 57538744771 without naming the repository). sgl-project/sglang-omni pull
+successfully>"), a docker log of the repository head's server kept in a public GitHub repository (found
+through a code search that did not name the repository, so it cannot be linked). sgl-project/sglang-omni pull
 request #103 agrees independently ("S1-Mini (~500M params, dim=1024, 28 slow layers)", a 4-layer fast
 transformer); the slow LM is Qwen3-0.6B's shape (fishaudio/fish-speech issue #1081: "OpenAudio S1
 leverages the Qwen3 architecture"). Fields that change nothing at inference (dropout, init scale,

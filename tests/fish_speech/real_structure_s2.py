@@ -1,6 +1,6 @@
 """Record the tensor names and shapes of fish-speech head's real-size S2-Pro modules (reference venv).
 
-    FISH_SPEECH_HEAD=/work/upstream-fish-head /work/venv-fish/bin/python tests/fish_speech/real_structure_s2.py
+    FISH_SPEECH_HEAD=<unpacked head> "$REF_VENV"/bin/python tests/fish_speech/real_structure_s2.py
 
 writes real_s2_pro.json here. LM: the head's DualARTransformer on `meta` from S2_CONFIG through the head's
 own `_from_fish_qwen3_omni`; codec: the head's DAC on `meta` from its `configs/modded_dac_vq.yaml` (the
@@ -43,6 +43,9 @@ S2_CONFIG = {
 
 
 def main() -> None:
+    if not os.environ.get("FISH_SPEECH_HEAD"):
+        raise SystemExit("set $FISH_SPEECH_HEAD to fish-speech's head unpacked with an __init__.py "
+                         "(recipe: tests/fish_speech/README.md)")
     head = Path(os.environ["FISH_SPEECH_HEAD"])
     spec = importlib.util.spec_from_file_location("fish_stubs", HERE / "upstream_stubs.py")
     stubs = importlib.util.module_from_spec(spec)

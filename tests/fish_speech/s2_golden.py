@@ -6,7 +6,7 @@ the reference venv and writes `golden_s2.pt` (token ids, prompts, codes, codec c
 from seeds by `tiny.write_tiny_s2` on both sides; the head loads it with its own `from_pretrained`
 (sharded safetensors, key remap, tokenizer.json through transformers' AutoTokenizer). Recipe: README.md.
 
-    FISH_SPEECH_HEAD=/work/upstream-fish-head /work/venv-fish/bin/python tests/fish_speech/s2_golden.py
+    FISH_SPEECH_HEAD=<unpacked head> "$REF_VENV"/bin/python tests/fish_speech/s2_golden.py
 """
 from __future__ import annotations
 
@@ -72,6 +72,9 @@ def upstream_codec(modded_dac, rvq, c):
 
 
 def main() -> None:
+    if not os.environ.get("FISH_SPEECH_HEAD"):
+        raise SystemExit("set $FISH_SPEECH_HEAD to fish-speech's head unpacked with an __init__.py "
+                         "(recipe: tests/fish_speech/README.md)")
     head = Path(os.environ["FISH_SPEECH_HEAD"])
     tiny = _load("fish_tiny", HERE / "tiny.py")
     stubs = _load("fish_stubs", HERE / "upstream_stubs.py")

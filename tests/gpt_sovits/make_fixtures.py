@@ -1,9 +1,9 @@
 """Record golden fixtures from the upstream GPT-SoVITS repository, and check ours against it live.
 
-Runs only where the repository is unpacked (default /work/upstream-gpt-sovits, or $GPT_SOVITS_REPO) in the
-reference venv (tests/gpt_sovits/README.md):
+Runs only where the repository is unpacked (named by $GPT_SOVITS_REPO) in the reference venv
+(tests/gpt_sovits/README.md):
 
-    /work/venv-gpt-sovits/bin/python tests/gpt_sovits/make_fixtures.py
+    "$REF_VENV"/bin/python tests/gpt_sovits/make_fixtures.py
 
 Upstream's classes are built from tiny configs (tiny.py), given the weights `tiny.random_state` draws for
 their own parameter names, and run on seeded inputs exactly as TTS_infer_pack/TTS.py does. The script

@@ -11,9 +11,10 @@ from torch import nn
 import transformers  # noqa: F401  (imported before the librosa stub: it probes librosa's spec)
 
 HERE = Path(__file__).resolve().parent
-REPO = Path(os.environ.get("GPT_SOVITS_REPO", "/work/upstream-gpt-sovits"))
-if not (REPO / "GPT_SoVITS" / "AR" / "models" / "t2s_model.py").is_file():
-    sys.exit(f"the upstream repository is not at {REPO}")
+REPO = Path(os.environ["GPT_SOVITS_REPO"]) if os.environ.get("GPT_SOVITS_REPO") else None
+if REPO is None or not (REPO / "GPT_SoVITS" / "AR" / "models" / "t2s_model.py").is_file():
+    sys.exit("set $GPT_SOVITS_REPO to RVC-Boss/GPT-SoVITS at commit 48b1a0169a28582a8984402f82cf438d3bfa6aca "
+             f"unpacked outside this repository (tests/gpt_sovits/README.md); it is {str(REPO) if REPO else 'unset'}")
 sys.path[:0] = [str(HERE.parent), str(REPO / "GPT_SoVITS"), str(REPO), str(REPO / "GPT_SoVITS" / "eres2net")]
 
 

@@ -1,6 +1,6 @@
 """Record upstream's English front end on test sentences (reference venv + the repository; see README.md).
 
-    /work/venv-gpt-sovits/bin/python tests/gpt_sovits/make_frontend_fixtures.py
+    "$REF_VENV"/bin/python tests/gpt_sovits/make_frontend_fixtures.py
 
 Runs upstream's `text.cleaner.clean_text(text, "en", "v2")` + `cleaned_text_to_sequence` (with
 TextPreprocessor's "fewer than 6 phones: retry with a leading '.'" rule) on its own lexicon files. NLTK's

@@ -1,6 +1,6 @@
 """Record upstream's G2PW on a tiny random G2PW model (reference venv + both repositories; see README.md).
 
-    /work/venv-gpt-sovits/bin/python tests/gpt_sovits/make_g2pw_fixtures.py
+    "$REF_VENV"/bin/python tests/gpt_sovits/make_g2pw_fixtures.py
 
 1. Writes fixtures/g2pw_model/ in upstream's G2PWModel layout: a tiny `g2pW.onnx` exported (legacy TorchScript
    exporter, opset 12, upstream's input names and dynamic axes, as GitYCC's scripts/export_onnx_model.py does)
@@ -45,7 +45,10 @@ _LINK.symlink_to(HERE.parents[1], target_is_directory=True)
 sys.path.insert(0, str(_LINK.parent))
 from mizuoto.nodes.gpt_sovits import g2pw as ours  # noqa: E402
 
-G2PW_REPO = Path(os.environ.get("G2PW_REPO", "/work/upstream-g2pw"))   # git archive of GitYCC/g2pW
+if not os.environ.get("G2PW_REPO"):
+    sys.exit("set $G2PW_REPO to a checkout of https://github.com/GitYCC/g2pW outside this repository "
+             "(tests/gpt_sovits/README.md)")
+G2PW_REPO = Path(os.environ["G2PW_REPO"])
 FIXTURES = HERE / "fixtures"
 MODEL = FIXTURES / "g2pw_model"
 TOKENIZER = FIXTURES / "g2pw_tokenizer"

@@ -1,6 +1,6 @@
 """Record upstream's Chinese front end on test sentences (reference venv + the repository; see README.md).
 
-    cd /tmp && /work/venv-gpt-sovits/bin/python <worktree>/tests/gpt_sovits/make_zhfront_fixtures.py
+    cd /tmp && "$REF_VENV"/bin/python <worktree>/tests/gpt_sovits/make_zhfront_fixtures.py
 
 1. `text.cleaner.clean_text(text, "zh", "v2")` + `cleaned_text_to_sequence` with `chinese2.is_g2pw = False`
    (upstream's pypinyin path; `text.g2pw` is stubbed: chinese2 builds a G2PW converter at import, which would

@@ -1,6 +1,6 @@
 """Record upstream's Chinese text normaliser and tone sandhi (reference venv + the repository; README.md).
 
-    /work/venv-gpt-sovits/bin/python tests/gpt_sovits/make_zhnorm_fixtures.py
+    "$REF_VENV"/bin/python tests/gpt_sovits/make_zhnorm_fixtures.py
 
 Normaliser: upstream's `TextNormalizer().normalize` on TEXTS (written so every rule fires; the script checks
 they execute every line of upstream's zh_normalization modules that the normaliser reaches) and on
@@ -20,9 +20,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = Path(os.environ.get("GPT_SOVITS_REPO", "/work/upstream-gpt-sovits"))
-if not (REPO / "GPT_SoVITS" / "text" / "tone_sandhi.py").is_file():
-    sys.exit(f"the upstream repository is not at {REPO}")
+REPO = Path(os.environ["GPT_SOVITS_REPO"]) if os.environ.get("GPT_SOVITS_REPO") else None
+if REPO is None or not (REPO / "GPT_SoVITS" / "text" / "tone_sandhi.py").is_file():
+    sys.exit("set $GPT_SOVITS_REPO to RVC-Boss/GPT-SoVITS at commit 48b1a0169a28582a8984402f82cf438d3bfa6aca "
+             f"unpacked outside this repository (tests/gpt_sovits/README.md); it is {str(REPO) if REPO else 'unset'}")
 sys.path.insert(0, str(REPO / "GPT_SoVITS"))
 
 import jieba_fast  # noqa: E402

@@ -1,6 +1,6 @@
 """Record upstream's tensor names and shapes at real size (run in the reference venv; writes real_*.json).
 
-    /work/venv-gpt-sovits/bin/python tests/gpt_sovits/real_structure.py
+    "$REF_VENV"/bin/python tests/gpt_sovits/real_structure.py
 
 Upstream's classes are built on `meta` from the repository's published configs: s1longer-v2.yaml (the v2 /
 v2Pro GPT), s2.json / s2v2Pro.json / s2v2ProPlus.json (SoVITS; `enc_q` left out, as upstream's saved

@@ -2,7 +2,7 @@
 
 Runs only where the repository and the reference venv exist (see README.md):
 
-    /work/venv-indextts/bin/python tests/indextts2/make_fixtures.py /work/upstream-indextts
+    "$REF_VENV"/bin/python tests/indextts2/make_fixtures.py "$UPSTREAM_DIR/indextts"   # or $INDEXTTS_REPO
 
 It builds upstream's own classes from tiny.CONFIG (OmegaConf, as upstream reads config.yaml), fills every
 parameter with tiny.seeded_state, runs them on seeded inputs and writes under fixtures/: keys.json
@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 import types
 from pathlib import Path
@@ -483,4 +484,8 @@ def main(repo: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    source = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("INDEXTTS_REPO")
+    if not source:
+        sys.exit("make_fixtures.py needs index-tts's source (ee40fa7, with checkpoints/config.yaml): pass its "
+                 "folder as the argument or set $INDEXTTS_REPO (tests/indextts2/README.md)")
+    main(Path(source))
