@@ -58,3 +58,11 @@ def test_an_earlier_model_name_in_a_saved_workflow_still_loads():
     assert current_name(GPT_SOVITS, "v2Pro") == "GPT-SoVITS-v2Pro"      # and what the loader opens
     assert loader.VALIDATE_INPUTS("GPT-SoVITS-v2") is True
     assert "expected one of" in loader.VALIDATE_INPUTS("v9")
+
+
+def test_every_engine_has_an_example_workflow():
+    """The README promises one example per engine: each registered loader appears in some workflow."""
+    from mizuoto.nodes.common.registry import discover
+
+    used = {n["type"] for path in EXAMPLES for n in json.loads(path.read_text())["nodes"]}
+    assert [s.engine_id for s in discover() if s.loader_node not in used] == []
