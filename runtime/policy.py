@@ -17,7 +17,7 @@ compute.oom_fallback            False       bool
 compute.gpu_jobs                1           int >= 1
 compute.max_resident_models     None        None (unlimited) or int >= 1
 compute.unload_after_minutes    None        None (never) or number > 0
-compute.kv_cache                "dynamic"   dynamic | static
+compute.kv_cache                "auto"      auto | dynamic | static (auto: the layout of the engine's upstream)
 compute.cuda_allocator          "auto"      auto | native | async | expandable (auto is native)
 compute.simulate_vram_mb        None        None or int > 0
 engines.<id>.pinned_models      []          list of model names; <id> matches [a-z0-9_]+
@@ -130,7 +130,7 @@ _COMPUTE: dict[str, tuple[Any, _Kind]] = {
     "compute.gpu_jobs": (1, _integer(1)),
     "compute.max_resident_models": (None, _integer(1, none="unlimited")),
     "compute.unload_after_minutes": (None, _positive_number_or_none("never")),
-    "compute.kv_cache": ("dynamic", _choice("dynamic", "static")),
+    "compute.kv_cache": ("auto", _choice("auto", "dynamic", "static")),   # auto: the engine's upstream layout
     "compute.cuda_allocator": ("auto", _choice("auto", "native", "async", "expandable")),
     "compute.simulate_vram_mb": (None, _integer(1, none="off")),
 }

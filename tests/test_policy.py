@@ -30,7 +30,7 @@ def test_defaults(nofile):
     p = VramPolicy(**nofile)
     assert p.as_dict() == {
         "compute.async_offload": 1, "compute.cuda_allocator": "auto", "compute.gpu_jobs": 1,
-        "compute.host_copies": "auto", "compute.kv_cache": "dynamic", "compute.max_pinned_mb": None,
+        "compute.host_copies": "auto", "compute.kv_cache": "auto", "compute.max_pinned_mb": None,
         "compute.max_resident_models": None, "compute.oom_fallback": False, "compute.oom_retry": True,
         "compute.ram_reserve_mb": None, "compute.simulate_vram_mb": None,
         "compute.unload_after_minutes": None, "compute.vram_limit_mb": None,

@@ -103,6 +103,9 @@ class Engine:
     capabilities: ClassVar[Capabilities]
     PHASED: ClassVar[bool] = True
     options: ClassVar[dict[str, type]] = {}     # engine-specific options a caller may pass
+    # The KV cache layout of the upstream implementation (what compute.kv_cache = auto uses): where the
+    # layouts round differently, the default must be the upstream-exact one.
+    UPSTREAM_KV_CACHE: ClassVar[str] = "dynamic"
 
     def __init__(self, manager: ModelManager, handles: list[ModelHandle], device: torch.device | str = "cpu",
                  name: str | None = None) -> None:
@@ -123,6 +126,15 @@ class Engine:
     def split_text(self, text: str) -> list[str]:
         """The chunks read one per request step (sentence boundaries within `max_chunk_chars`)."""
         return split_sentences(text, self.capabilities.max_chunk_chars)
+
+    def kv_cache(self, ctx: RequestContext) -> str:
+        """The request's KV cache layout, "dynamic" or "static"; one that is not upstream's is named in
+        meta["applied"] (it can change numerics)."""
+        kind = ctx.policy.get("compute.kv_cache")
+        kind = self.UPSTREAM_KV_CACHE if kind == "auto" else kind
+        if kind != self.UPSTREAM_KV_CACHE:
+            ctx.meta["applied"]["kv_cache"] = kind
+        return kind
 
     def text_warnings(self, text: str) -> list[str]:
         """What of `text` the model will not read as written (words of a script it cannot speak): the

@@ -100,9 +100,7 @@ class FishSpeechEngine(Engine):
     def codes(self, ctx: RequestContext, prompt: Tensor, text_tokens: int, sampling: Sampling,
               progress=None) -> Tensor:
         """The "generate" phase: prompt [1 + N, T] -> codes [N, frames]."""
-        kind = ctx.policy.get("compute.kv_cache")
-        if kind == "static":            # an opt-in that can change numerics on GPUs: named in the output
-            ctx.meta["applied"]["kv_cache"] = "static"
+        kind = self.kv_cache(ctx)
 
         def run() -> Tensor:
             with torch.inference_mode():

@@ -279,9 +279,7 @@ class IndexTTS2Engine(Engine):
     def codes(self, ctx: RequestContext, cond: dict[str, Tensor], text: Tensor, s: Sampling,
               progress: Any) -> tuple[list[int], Tensor]:
         gpt = self.bundle.gpt
-        kind = ctx.policy.get("compute.kv_cache")
-        if kind == "static":            # an opt-in that can change numerics on GPUs: named in the output
-            ctx.meta["applied"]["kv_cache"] = "static"
+        kind = self.kv_cache(ctx)
 
         def step(done: int, total: int) -> None:
             ctx.check_cancelled()

@@ -204,9 +204,7 @@ class Qwen3TTSEngine(Engine):
         prompt_tokens = request.text_ids.numel() + 8 + (request.instruct_ids.numel() if request.instruct_ids is not None else 0)
         if request.icl:
             prompt_tokens += request.ref_code.shape[0] + request.ref_ids.numel()
-        kind = ctx.policy.get("compute.kv_cache")
-        if kind == "static":  # an opt-in that can change numerics on GPUs: named in the output
-            ctx.meta["applied"]["kv_cache"] = "static"
+        kind = self.kv_cache(ctx)
 
         def run():
             with torch.inference_mode():

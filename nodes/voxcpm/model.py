@@ -246,8 +246,10 @@ class MiniCPM(nn.Module):
 
 
 class StridedLinear(nn.Linear):
-    """nn.Linear with torch's CPU path for each input layout spelled out: addmm for a 2-D or contiguous 3-D
-    input, else one GEMM over the flattened input plus the bias.
+    """nn.Linear with torch's CPU path for each input layout spelled out: addmm (the bias fused into the
+    GEMM) for a 2-D or any contiguous input, else one GEMM over the flattened input plus the bias. The
+    prompt's patches are contiguous 4-D: torch's `linear` fuses their bias too, and a separate add
+    rounds differently in bf16 (up to 4.2 on the first latent).
 
     Upstream feeds three projections strided views (LocEnc's input patch, its CLS outputs, LocDiT's output
     positions). For a strided input, `linear` decomposes through `matmul`, which folds the batch into one
@@ -258,7 +260,7 @@ class StridedLinear(nn.Linear):
         out = self.weight.shape[0]
         if x.dim() == 2:
             return torch.addmm(self.bias, x, self.weight.t())
-        if x.dim() == 3 and x.is_contiguous():
+        if x.is_contiguous():
             return torch.addmm(self.bias, x.view(-1, x.shape[-1]), self.weight.t()).view(*x.shape[:-1], out)
         return torch.mm(x.reshape(-1, x.shape[-1]), self.weight.t()).view(*x.shape[:-1], out) + self.bias
 

@@ -57,6 +57,7 @@ class VoxCPMEngine(Engine):
                                 instruction=True, max_chunk_chars=300, reference_seconds=(0.5, 60.0),
                                 reference_rate=16000, resampler="soxr_hq")
     PHASED = True
+    UPSTREAM_KV_CACHE = "static"    # upstream's StaticKVCache; the dynamic layout rounds otherwise in bf16
     options = {"inference_timesteps": int, "cfg_value": float, "min_len": int, "max_len": int, "retry_badcase": bool,
                "retry_badcase_max_times": int, "retry_badcase_ratio_threshold": float}   # Sampling's fields
 
@@ -171,9 +172,7 @@ class VoxCPMEngine(Engine):
         target = len(tok(text))
         prompt = build_prompt(tok((transcript or "") + text), self.config.patch_size, self.config.feat_dim,
                               reference=reference, continuation=continuation)
-        kv = ctx.policy.get("compute.kv_cache")
-        if kv == "static":   # an opt-in that changes numerics (and equals upstream's on the CPU): named
-            ctx.meta["applied"]["kv_cache"] = "static"
+        kv = self.kv_cache(ctx)
 
         def run():
             return generate(self.bundle.model, prompt, s, ctx.generator, target, kv=kv, device=self.lm.device,

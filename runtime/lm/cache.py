@@ -5,7 +5,7 @@ everything cached so far for that layer, ready for attention.
 
 - `DynamicCache` (default): `torch.cat` per step. Each layer's old tensor is freed as soon as its
   concatenation is stored, so at any moment at most one layer holds an extra copy.
-- `BufferCache` (opt-in `compute.kv_cache = static`): preallocated per-layer buffers that double when
+- `BufferCache` (`compute.kv_cache = static`, the default of engines whose upstream preallocates): preallocated per-layer buffers that double when
   full; no per-step copy, less fragmentation. Attention reads views with the buffer's strides, which
   some GPU kernels sum in another order, so it is a numerics change on GPU (identical on CPU).
 """

@@ -47,7 +47,7 @@ def plain(folder):
     continuation = encode_audio(b.vae, ref, 2, pad_left=True)
     prompt = build_prompt(b.tokenizer(TRANSCRIPT + TEXT), 2, 4, reference=reference_feats, continuation=continuation)
     latents, _ = generate(b.model, prompt, Sampling(**OPTIONS), torch.Generator().manual_seed(SEED),
-                          len(b.tokenizer(TEXT)))
+                          len(b.tokenizer(TEXT)), kv=VoxCPMEngine.UPSTREAM_KV_CACHE)   # the engine's default
     return latents, decode_latents(b.vae, latents, prompt.context, 2)
 
 

@@ -156,8 +156,10 @@ def test_static_cache_is_named_and_close(engine, folder):
             for kv in ("dynamic", "static")]
     assert outs[0][1] == outs[1][1]
     torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-4, rtol=1e-4)
-    _, _, ctx = speak(engine, settings={"compute.kv_cache": "static"})
-    assert ctx.meta["applied"]["kv_cache"] == "static"
+    _, _, ctx = speak(engine)       # auto: upstream's static layout, so nothing to name
+    assert "kv_cache" not in ctx.meta["applied"]
+    _, _, ctx = speak(engine, settings={"compute.kv_cache": "dynamic"})
+    assert ctx.meta["applied"]["kv_cache"] == "dynamic"
 
 
 def _copy(folder: Path, dest: Path) -> Path:
@@ -234,3 +236,16 @@ def test_units_fixed_part_and_pinned_embedding(engine):
     speak(engine)
     convs = [m for m in engine.bundle.vae.modules() if hasattr(m, "weight_g")]
     assert convs and all(hasattr(m, "weight_v") and not hasattr(m, "weight") for m in convs)   # normed in forward
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_strided_linear_takes_torchs_linear_path_for_every_layout(dtype):
+    """Upstream's nn.Linear: bias fused (addmm) for 2-D and any contiguous input, a GEMM plus an add for a
+    strided one. The prompt's contiguous 4-D patches are where a separate add differed in bf16."""
+    from mizuoto.nodes.voxcpm.model import StridedLinear
+
+    torch.manual_seed(0)
+    layer = StridedLinear(64, 96).to(dtype)
+    x4 = torch.randn(2, 5, 4, 64, dtype=torch.float64).to(dtype)
+    for x in (x4[0, 0], x4[0], x4, x4.transpose(1, 2), x4[:, :, 1:]):
+        assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias)), (x.shape, x.stride())
