@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-SUITES = ["indextts2", "gpt_sovits", "cosyvoice", "fish_speech"]   # the engines with recorded fixtures
+SUITES = ["indextts2", "gpt_sovits", "cosyvoice", "fish_speech", "test_shared_blocks.py"]   # recorded fixtures
 
 PERTURBATIONS = {
     "aten-default": ({"ATEN_CPU_CAPABILITY": "default"}, []),

@@ -5,9 +5,11 @@ tests/qwen3_tts/README.md); everything else runs in the default suite.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,6 +114,9 @@ def test_resamplers_equal_librosa_and_torchaudio(orig, target):
     torchaudio = pytest.importorskip("torchaudio")
     want = torchaudio.transforms.Resample(orig, target)(x[None])[0]
     assert torch.equal(audio.resample(x, orig, target, "torchaudio_sinc"), want)
+    functional = torchaudio.functional.resample(x[None], orig, target)[0]     # kernel in float32
+    assert torch.equal(audio.resample(x, orig, target, "torchaudio_functional"), functional)
+    assert not torch.equal(functional, want)
 
 
 # ---- mel ----------------------------------------------------------------------------------------------------
@@ -158,3 +163,23 @@ def test_pickles_load_weights_only_and_strictly(tmp_path):
         load_pickle(tmp_path / "junk.pt")
     with pytest.raises(CheckpointError, match="expected an entry 'model'"):
         state_dict({"state_dict": {}}, tmp_path / "a.ckpt", key="model")
+
+
+@pytest.mark.golden
+def test_torchaudio_resamplers_golden():
+    """Both torchaudio resamplers against their outputs recorded by tests/make_resample_golden.py:
+    transforms.Resample (kernel in float64, F5-TTS) and functional.resample (kernel in the waveform's
+    float32, OmniVoice). Bound 2e-7 of the scale: a float32 kernel's sin/cos may differ by an ulp between
+    vector-math paths and the short dot products reassociate (0 measured here under default/avx2/avx512);
+    the two resamplers differ by 1.6e-6 and 6.8e-6 on the first and last pair, so the bound tells them apart."""
+    from golden import assert_close, relative_error
+
+    recorded = json.loads((Path(__file__).parent / "resample_golden.json").read_text())
+    for p in recorded["pairs"]:
+        x = (0.3 * torch.randn(p["n"], dtype=torch.float64, generator=torch.Generator().manual_seed(p["seed"]))).float()
+        transforms, functional = torch.tensor(p["transforms"]), torch.tensor(p["functional"])
+        what = f"{p['orig']} -> {p['target']} Hz"
+        assert_close(audio.resample(x, p["orig"], p["target"], "torchaudio_sinc"), transforms, 2e-7, what)
+        assert_close(audio.resample(x, p["orig"], p["target"], "torchaudio_functional"), functional, 2e-7, what)
+        if p["orig"] != 24000:
+            assert relative_error(functional, transforms) > 1e-6, what

@@ -8,7 +8,9 @@ Resamplers (exact reimplementations, so a reference gives the same codes as upst
 - "soxr_hq": libsoxr's HQ preset through the small `soxr` package, then librosa's length fix
   (ceil(n * target / orig), zero-padded or cut) — what `librosa.resample` does by default.
 - "torchaudio_sinc": torchaudio's windowed-sinc (`transforms.Resample` defaults: Hann window, 6 zero
-  crossings, roll-off 0.99, the kernel computed in float64 and applied in float32). Rates that share
+  crossings, roll-off 0.99, the kernel computed in float64 and applied in float32).
+- "torchaudio_functional": the same filter as `torchaudio.functional.resample` builds it: the kernel
+  computed in the waveform's dtype (float32), which rounds differently (~1e-5 on noise). Rates that share
   no large common factor need a kernel of (target x orig) taps (44 101 -> 24 000 Hz: 8.5 GB, which
   torchaudio itself would allocate); past MAX_SINC_KERNEL_BYTES such rates are resampled with soxr HQ
   instead (bounded memory, not torchaudio's exact numbers; common rates are never affected).
@@ -26,7 +28,7 @@ from torch import Tensor
 
 MIN_RATE, MAX_RATE = 4000, 384000
 MAX_SINC_KERNEL_BYTES = 64 << 20   # larger exact sinc kernels (odd, coprime rates) fall back to soxr HQ
-RESAMPLERS = ("soxr_hq", "torchaudio_sinc")
+RESAMPLERS = ("soxr_hq", "torchaudio_sinc", "torchaudio_functional")
 
 
 def check_rate(rate: object, what: str = "sample_rate") -> int:
@@ -91,7 +93,7 @@ def resample(wav: Tensor, orig: int, target: int, method: str = "soxr_hq") -> Te
         return wav
     if method == "soxr_hq":
         return _soxr_hq(wav, orig, target)
-    return _torchaudio_sinc(wav, orig, target)
+    return _torchaudio_sinc(wav, orig, target, torch.float32 if method == "torchaudio_functional" else None)
 
 
 def _soxr_hq(wav: Tensor, orig: int, target: int) -> Tensor:
@@ -104,13 +106,15 @@ def _soxr_hq(wav: Tensor, orig: int, target: int) -> Tensor:
     return torch.from_numpy(np.asarray(y, dtype=x.dtype).copy())
 
 
-def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99) -> tuple[Tensor, int]:
+def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99,
+                dtype: torch.dtype | None = None) -> tuple[Tensor, int]:
     """torchaudio's Hann-windowed sinc kernel [target, 1, taps] (float32) for reduced rates orig -> target,
-    and the padding width."""
+    and the padding width. `dtype` None: computed in float64 (transforms.Resample); float32: computed in
+    float32 (functional.resample passes the waveform's dtype)."""
     base = min(orig, target) * rolloff
     width = math.ceil(zeros * orig / base)
-    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, None] / orig
-    t = torch.arange(0, -target, -1)[:, None, None] / target + idx
+    idx = torch.arange(-width, width + orig, dtype=dtype or torch.float64)[None, None] / orig
+    t = torch.arange(0, -target, -1, dtype=dtype)[:, None, None] / target + idx
     t *= base
     t = t.clamp_(-zeros, zeros)
     window = torch.cos(t * math.pi / zeros / 2) ** 2
@@ -120,13 +124,14 @@ def sinc_kernel(orig: int, target: int, zeros: int = 6, rolloff: float = 0.99) -
     return kernel.to(torch.float32), width
 
 
-def _torchaudio_sinc(wav: Tensor, orig: int, target: int) -> Tensor:
+def _torchaudio_sinc(wav: Tensor, orig: int, target: int, dtype: torch.dtype | None = None) -> Tensor:
     g = math.gcd(orig, target)
     orig, target = orig // g, target // g
     width = math.ceil(6 * orig / (min(orig, target) * 0.99))
     if target * (2 * width + orig) * 8 > MAX_SINC_KERNEL_BYTES:
         return _soxr_hq(wav, orig * g, target * g)
-    kernel, width = sinc_kernel(orig, target)
+    kernel, width = sinc_kernel(orig, target, dtype=dtype)
     x = F.pad(wav.float()[None, None], (width, width + orig))
     y = F.conv1d(x, kernel, stride=orig)[0].T.reshape(-1)                # [frames, phases] -> samples
-    return y[:int(math.ceil(target * wav.shape[-1] / orig))]
+    # torchaudio's length: ceil of the ratio as a float32 tensor (not float64: differs for long inputs)
+    return y[:int(torch.ceil(torch.as_tensor(target * wav.shape[-1] / orig, dtype=torch.float32)))]

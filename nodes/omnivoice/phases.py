@@ -68,7 +68,7 @@ class OmniVoiceEngine(Engine):
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=LANGUAGES, cloning="optional",
                                 transcript="required", instruction=True, speed=(0.5, 2.0), max_chunk_chars=150,
                                 reference_seconds=(0.5, 30.0), reference_rate=SAMPLE_RATE,
-                                resampler="torchaudio_sinc")
+                                resampler="torchaudio_functional")
     PHASED = True
     options: ClassVar[dict[str, type]] = {"num_step": int, "guidance_scale": float, "t_shift": float,
                                           "layer_penalty_factor": float, "position_temperature": float,
@@ -145,7 +145,7 @@ class OmniVoiceEngine(Engine):
         """The "prompt" phase: a mono 24 kHz reference (already loudness-adjusted, a whole number of hops)
         -> codes [8, frames]."""
         codec = self.bundle.codec
-        wav16 = resample(wav, SAMPLE_RATE, codec.config.semantic_sample_rate, "torchaudio_sinc")
+        wav16 = resample(wav, SAMPLE_RATE, codec.config.semantic_sample_rate, "torchaudio_functional")
 
         def run():
             dtype, device = next(codec.fc.parameters()).dtype, self.encoder.device
@@ -191,7 +191,7 @@ class OmniVoiceEngine(Engine):
         if "voice" not in chunk.cache:
             wav = chunk.reference.wav.float()
             if chunk.reference.sample_rate != SAMPLE_RATE:
-                wav = resample(wav, chunk.reference.sample_rate, SAMPLE_RATE, "torchaudio_sinc")
+                wav = resample(wav, chunk.reference.sample_rate, SAMPLE_RATE, "torchaudio_functional")
             # In numpy float32, as upstream: the same rounding of the RMS and of the scaled samples.
             x = wav.cpu().numpy()
             rms = float(np.sqrt(np.mean(x ** 2)))

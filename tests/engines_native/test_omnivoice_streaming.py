@@ -55,7 +55,7 @@ def plain(folder):
     wav = remove_silence(c.reference.wav, 24000, 200, 100, 200)
     wav = wav[:wav.numel() - wav.numel() % 960]
     with torch.inference_mode():
-        codes = b.codec.encode(wav[None, None], resample(wav, 24000, 16000, "torchaudio_sinc")[None])[0]
+        codes = b.codec.encode(wav[None, None], resample(wav, 24000, 16000, "torchaudio_functional")[None])[0]
     prompt = probe.make_prompt(c, (codes, "A reference.", 0.0), True)
     ids, _, _ = batch(prompt, b.config, "cpu")
     steps = []
@@ -151,7 +151,7 @@ def test_codec_estimates_cover_measured_working_memory(folder, seconds):
     engine = _engine(folder, 1 << 30)
     devices, codec = engine.manager.devices, engine.bundle.codec
     wav = torch.randn(int(24000 * seconds) // 960 * 960) * 0.1
-    wav16 = resample(wav, 24000, 16000, "torchaudio_sinc")
+    wav16 = resample(wav, 24000, 16000, "torchaudio_functional")
     estimate = engine.prompt_memory(wav.numel())
     with engine.manager.request() as ctx, ctx.use([engine.encoder, engine.quantizer], estimate), \
             devices.tracking("cpu") as tr, torch.inference_mode():
