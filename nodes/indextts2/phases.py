@@ -4,8 +4,9 @@
     # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per sentence chunk
 
 Phases:
-- "conditioning" (once per request, kept in `chunk.cache`): the 22.05 kHz reference (cut to 15 s, as
-  upstream) resampled to 16 kHz with torchaudio's sinc; w2v-bert-2.0 hidden state 17, normalised by
+- "conditioning" (once per request, kept in `chunk.cache`): the reference at 22.05 kHz (soxr, cut to
+  15 s, as upstream's librosa load) resampled to 16 kHz with torchaudio's sinc, and, as its own emotion
+  reference, the reference at 16 kHz straight from its own rate (soxr, 15 s: upstream's second load); w2v-bert-2.0 hidden state 17, normalised by
   wav2vec2bert_stats.pt; the semantic codec's quantized reference (S_ref); CAM++ on the Kaldi fbank (the
   style vector); the reference mel; the GPT's conformer + perceiver speaker latents and emotion vector.
 - "gpt" (sequence): beam sampling of mel codes from the request's generator (upstream's settings), then
@@ -38,7 +39,7 @@ from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
 from ..common.audio import check_rate, check_samples, resample, to_mono
 from ..common.decode import frames_estimate
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Reference
 from ..common.w2v_bert import seamless_features
 from ..common.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
@@ -58,8 +59,7 @@ MB = 1 << 20
 class IndexTTS2Engine(Engine):
     engine_id = "indextts2"
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto", "en", "zh"), cloning="required",
-                                max_chunk_chars=200, reference_seconds=(0.5, 60.0), reference_rate=SAMPLE_RATE,
-                                resampler="soxr_hq")
+                                max_chunk_chars=200, reference_seconds=(0.5, 60.0))   # kept at its rate: see conditioning
     PHASED = True
     options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "emotion_reference": dict,
                "emotion_text": str,
@@ -144,9 +144,13 @@ class IndexTTS2Engine(Engine):
         return widest * 4 * 12 + MB // 2
 
     # ---- phases ---------------------------------------------------------------------------------------------
-    def conditioning(self, ctx: RequestContext, wav22: Tensor, chunk: Chunk) -> dict[str, Tensor]:
+    def conditioning(self, ctx: RequestContext, reference: Reference, chunk: Chunk) -> dict[str, Tensor]:
+        """Upstream loads the speaker file twice: librosa at 22.05 kHz (then torchaudio to 16 kHz for the
+        semantic and style features) and, as the emotion reference when none is given (also in vector
+        and text-emotion mode), librosa at 16 kHz straight from the file; each cut to 15 s."""
         b = self.bundle
-        wav22 = wav22.float()[: int(MAX_REFERENCE_SECONDS * SAMPLE_RATE)]
+        original = reference.wav.float()
+        wav22 = resample(original, reference.sample_rate, SAMPLE_RATE, "soxr_hq")[: int(MAX_REFERENCE_SECONDS * SAMPLE_RATE)]
         wav16 = resample(wav22, SAMPLE_RATE, 16000, "torchaudio_sinc")
         weights = self.emotion_weights(chunk, self.text_emotion(ctx, chunk))
 
@@ -159,7 +163,7 @@ class IndexTTS2Engine(Engine):
         def features() -> dict[str, Tensor]:
             with torch.inference_mode():
                 spk = semantic(wav16)
-                emo = semantic(emo16).cpu() if emo16 is not None else None
+                emo = semantic(emo16).cpu()
                 _, s_ref = b.codec.quantize(spk.to(self.codec.device))
                 fbank = kaldi_fbank(wav16)
                 fbank = fbank - fbank.mean(dim=0, keepdim=True)
@@ -167,17 +171,14 @@ class IndexTTS2Engine(Engine):
                 return {"spk": spk.cpu(), "emo": emo, "s_ref": s_ref.float().cpu(), "style": style,
                         "ref_mel": matcha_mel(wav22, **b.mel)[None].float()}
 
-        def conditioners(spk: Tensor, emo: Tensor | None, style: Tensor) -> dict[str, Tensor]:
+        def conditioners(spk: Tensor, emo: Tensor, style: Tensor) -> dict[str, Tensor]:
             with torch.inference_mode():
                 dev, dtype = self.gpt.device, b.gpt.mel_head.weight.dtype
                 x = spk.to(dev, dtype)
                 lengths = torch.tensor([x.shape[1]], device=dev)
                 latents = b.gpt.speaker_latents(x, lengths)
-                if emo is None:     # the speaker is its own emotion reference, alpha 1 (upstream)
-                    emovec = b.gpt.merge_emotion(x, lengths, x, lengths, 1.0)
-                else:
-                    e = emo.to(dev, dtype)
-                    emovec = b.gpt.merge_emotion(x, lengths, e, torch.tensor([e.shape[1]], device=dev), alpha)
+                e = emo.to(dev, dtype)
+                emovec = b.gpt.merge_emotion(x, lengths, e, torch.tensor([e.shape[1]], device=dev), alpha)
                 emovec = emovec.float().cpu()
                 if weights is not None:
                     emovec = self.mix_emotion(emovec, style, weights)
@@ -185,7 +186,9 @@ class IndexTTS2Engine(Engine):
 
         emo16 = None if weights is not None else self.emotion_reference(chunk)
         alpha = float(chunk.options.get("emotion_alpha", 1.0))
-        seconds = max(wav22.numel() / SAMPLE_RATE, 0.0 if emo16 is None else emo16.numel() / 16000)
+        if emo16 is None:       # the speaker is its own emotion reference, alpha 1 (upstream)
+            emo16, alpha = resample(original, reference.sample_rate, 16000, "soxr_hq")[: int(MAX_REFERENCE_SECONDS * 16000)], 1.0
+        seconds = max(wav22.numel() / SAMPLE_RATE, emo16.numel() / 16000)
         out = ctx.run("conditioning", [self.w2v, self.codec, self.campplus], features,
                       memory=self.features_memory(seconds))
         out.update(ctx.run("conditioning", [self.gpt],
@@ -343,7 +346,7 @@ class IndexTTS2Engine(Engine):
         if chunk.reference is None:
             raise ValueError("IndexTTS 2 needs reference audio")
         if "cond" not in chunk.cache:
-            chunk.cache["cond"] = self.conditioning(ctx, chunk.reference.wav, chunk)
+            chunk.cache["cond"] = self.conditioning(ctx, chunk.reference, chunk)
         cond = chunk.cache["cond"]
         ids = self.tokenizer.encode(chunk.text)
         if not ids:

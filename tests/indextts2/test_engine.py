@@ -133,8 +133,15 @@ def test_emotion_reference_blends_by_alpha(engine):
     plain, _ = synthesize(engine, request())
     full, _ = synthesize(engine, request(options={**opts, "emotion_reference": emo}))
     none, _ = synthesize(engine, request(options={**opts, "emotion_reference": emo, "emotion_alpha": 0.0}))
+    other = {**emo, "waveform": 0.5 * emo["waveform"].flip(-1)}
+    none2, _ = synthesize(engine, request(options={**opts, "emotion_reference": other, "emotion_alpha": 0.0}))
     assert not torch.equal(plain, full)
-    assert torch.equal(plain, none)          # base + 0 * (emo - base): the speaker's own emotion, as upstream
+    assert torch.equal(none, none2)          # base + 0 * (emo - base): the reference plays no part
+    # upstream without an emotion reference: the speaker file loaded again, at 16 kHz, is the emotion
+    # reference (alpha 1), not the 22.05 kHz copy's resampling
+    own = {"waveform": reference()[None, None], "sample_rate": 22050}
+    again, _ = synthesize(engine, request(options={**opts, "emotion_reference": own}))
+    assert torch.equal(plain, again) and not torch.equal(plain, none)
     with pytest.raises(ValueError, match="emotion_reference"):
         synthesize(engine, request(options={**opts, "emotion_reference": {"waveform": torch.zeros(1, 1, 10)}}))
 
