@@ -185,79 +185,85 @@ def _download_progress(done: int, total: int) -> None:
           file=sys.stderr, flush=True)
 
 
-def speak(args: argparse.Namespace) -> int:
-    """Speech from text with any registered engine (the embedded voice by default): a WAV file and the
-    run's meta.memory."""
-    import json
-    import os
+class UsageError(Exception):
+    """A bad argument: printed as `<command>: <message>`, exit status 2."""
+
+
+def _request(args: argparse.Namespace):
+    """What speak and verify share: the engine, its model folder, precision, settings and the request."""
     from pathlib import Path
 
     from .nodes.common import registry
-    from .nodes.common.pack_runtime import build_runtime
-    from .nodes.common.pipeline import LoadedModel, SpeakRequest
-    from .nodes.common.pipeline import speak as run
-    from .runtime import SettingsError, VramPolicy
-    from .runtime.oom import is_oom
+    from .nodes.common.pipeline import SpeakRequest
+    from .runtime import SettingsError
     from .runtime.policy import parse_setting
 
     try:
         spec = registry.engine(args.engine)
     except ValueError as e:
-        print(f"speak: --{e}", file=sys.stderr)
-        return 2
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir) or os.path.isdir(args.output):
-        print(f"speak: -o {args.output}: expected a file path in an existing folder", file=sys.stderr)
-        return 2
+        raise UsageError(f"--{e}") from None
     text = args.text
     if args.text_file:
         try:
             text = Path(args.text_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            print(f"speak: --text-file {args.text_file}: cannot be read as UTF-8 text ({e})", file=sys.stderr)
-            return 2
+            raise UsageError(f"--text-file {args.text_file}: cannot be read as UTF-8 text ({e})") from None
     if text is None:
-        print("speak: give the text to read, or --text-file", file=sys.stderr)
-        return 2
+        raise UsageError("give the text to read, or --text-file")
     precision = args.precision or spec.precisions[0]
     if precision not in spec.precisions:
-        print(f"speak: --precision {precision}: expected one of {', '.join(spec.precisions)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--precision {precision}: expected one of {', '.join(spec.precisions)}")
     folder = None
     if spec.embedded:
         if args.model:
-            print(f"speak: --model: {spec.display_name} has no model folder; leave it out", file=sys.stderr)
-            return 2
+            raise UsageError(f"--model: {spec.display_name} has no model folder; leave it out")
     else:
         try:
             folder = model_folder(spec, args.model, args.download)
         except ValueError as e:
-            print(f"speak: {e}", file=sys.stderr)
-            return 2
+            raise UsageError(str(e)) from None
     try:
         settings = {k: parse_setting(k, v) for k, v in _settings(args.setting).items()}
-        if args.simulate_vram_mb is not None:
-            settings["compute.simulate_vram_mb"] = args.simulate_vram_mb
-        policy = VramPolicy(settings)
     except SettingsError as e:
-        print(f"speak: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     try:
         reference = read_audio(args.reference) if args.reference else None
     except ValueError as e:
-        print(f"speak: {e}", file=sys.stderr)
-        return 2
-    runtime = build_runtime(policy, strict=bool(policy.get("compute.simulate_vram_mb")))
-    model = LoadedModel(spec, registry.LoadRequest(args.model or spec.display_name, folder,
-                                                   registry.PRECISIONS[precision], runtime.device), runtime)
+        raise UsageError(str(e)) from None
     request = SpeakRequest(text=text, seed=args.seed, speed=args.speed, language=args.language, voice=args.voice,
-                           reference=reference, reference_text=args.reference_text,
-                           instruction=args.instruction)
+                           reference=reference, reference_text=args.reference_text, instruction=args.instruction)
+    return spec, folder, registry.PRECISIONS[precision], settings, request
+
+
+def speak(args: argparse.Namespace) -> int:
+    """Speech from text with any registered engine (the embedded voice by default): a WAV file and the
+    run's meta.memory."""
+    import json
+    import os
+
+    from .nodes.common.pack_runtime import build_runtime
+    from .nodes.common.pipeline import LoadedModel
+    from .nodes.common.pipeline import speak as run
+    from .nodes.common.registry import LoadRequest
+    from .runtime import SettingsError, VramPolicy
+    from .runtime.oom import is_oom
+
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir) or os.path.isdir(args.output):
+        raise UsageError(f"-o {args.output}: expected a file path in an existing folder")
+    spec, folder, dtype, settings, request = _request(args)
+    if args.simulate_vram_mb is not None:
+        settings["compute.simulate_vram_mb"] = args.simulate_vram_mb
+    try:
+        policy = VramPolicy(settings)
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+    runtime = build_runtime(policy, strict=bool(policy.get("compute.simulate_vram_mb")))
+    model = LoadedModel(spec, LoadRequest(args.model or spec.display_name, folder, dtype, runtime.device), runtime)
     try:
         wav, meta = run(model, request)
     except (ValueError, TypeError, OSError, FloatingPointError) as e:  # FloatingPointError: NaN audio, not written
-        print(f"speak: {cli_words(str(e))}", file=sys.stderr)
-        return 2
+        raise UsageError(cli_words(str(e))) from None
     except Exception as e:
         if not is_oom(e):
             raise
@@ -272,6 +278,71 @@ def speak(args: argparse.Namespace) -> int:
     return 0
 
 
+def verify(args: argparse.Namespace) -> int:
+    """The conformance check on the user's model: resident, half-resident, all streamed and an OOM in
+    every phase must give the same audio, and every estimate must cover its phase (exit 1 otherwise)."""
+    import dataclasses
+    import json
+    import os
+    import signal
+    import threading
+
+    import psutil
+    import torch
+
+    from .nodes.common.registry import LoadRequest
+    from .nodes.common.verify import verify as check
+    from .runtime import Cancelled
+
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        raise UsageError(f"--json {args.json}: expected a file path in an existing folder")
+    spec, folder, dtype, settings, request = _request(args)
+    weights = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder is not None else 0
+    available = psutil.virtual_memory().available
+    if 2 * weights > available:        # the model on the CPU plus the simulated device's copy of it
+        raise UsageError(f"--model {folder}: verifying needs about {2 * weights / 2**30:.1f} GB of free RAM (the "
+                         f"model and one device copy); {available / 2**30:.1f} GB is free")
+    request = dataclasses.replace(request, settings=settings or None)
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())    # Ctrl-C stops between steps, cleanly
+    try:
+        report = check(spec, LoadRequest(args.model or spec.display_name, folder, dtype, torch.device("cpu")), request,
+                       progress=lambda what: print(f"verify: {what}", file=sys.stderr, flush=True), cancel=cancel)
+    except Cancelled:
+        print("verify: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as e:
+        raise UsageError(cli_words(str(e))) from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(report.table())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report.to_dict(), f, indent=1)
+        print(f"wrote {args.json}")
+    return 0 if report.ok else 1
+
+
+def _request_arguments(p: argparse.ArgumentParser, engines: list[str]) -> None:
+    p.add_argument("--engine", default="hibari", metavar="ENGINE",
+                   help=f"{', '.join(engines)} (default: hibari, the embedded voice, which needs no model folder)")
+    p.add_argument("--model", help="the model folder: a path, or a folder name in models/TTS/<engine>/ "
+                                   "(ComfyUI's models folder, else $MIZUOTO_MODELS_DIR)")
+    p.add_argument("--download", action="store_true",
+                   help="fetch a known model that is not there yet (checked against its published sha256)")
+    p.add_argument("--text-file", help="read the text from this UTF-8 file")
+    p.add_argument("--precision", help="fp32, bf16 or fp16 (default: the engine's)")
+    p.add_argument("--language", default="auto", help="language code (en, zh, ...; default auto)")
+    p.add_argument("--voice", help="a named voice of the model")
+    p.add_argument("--reference", help="reference audio to clone (WAV, FLAC, OGG, MP3, ...)")
+    p.add_argument("--reference-text", help="what the reference audio says")
+    p.add_argument("--instruction", help="how to speak, where the model takes instructions")
+    p.add_argument("--seed", type=int, default=0, help="noise seed; chunk i uses seed + i")
+    p.add_argument("--speed", type=float, default=1.0, help="speaking rate, 0.25 to 4.0")
+    p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a compute.* setting for this run")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mizuoto", description="Mizuoto text-to-speech runtime")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -281,31 +352,26 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=doctor)
     from .nodes import engine_folders     # names only: an engine is imported when it is used
 
+    engines = engine_folders()
     p = sub.add_parser("speak", help="speak text into a WAV file (the embedded voice by default)")
     p.add_argument("text", nargs="?", help="the text to read (or --text-file)")
     p.add_argument("-o", "--output", required=True, help="WAV file to write (16-bit mono)")
-    p.add_argument("--text-file", help="read the text from this UTF-8 file")
-    p.add_argument("--engine", default="hibari", metavar="ENGINE",
-                   help=f"{', '.join(engine_folders())} (default: hibari, the embedded voice, which needs no "
-                        "model folder)")
-    p.add_argument("--model", help="the model folder: a path, or a folder name in models/TTS/<engine>/ "
-                                   "(ComfyUI's models folder, else $MIZUOTO_MODELS_DIR)")
-    p.add_argument("--download", action="store_true",
-                   help="fetch a known model that is not there yet (checked against its published sha256)")
-    p.add_argument("--precision", help="fp32, bf16 or fp16 (default: the engine's)")
-    p.add_argument("--language", default="auto", help="language code (en, zh, ...; default auto)")
-    p.add_argument("--voice", help="a named voice of the model")
-    p.add_argument("--reference", help="reference audio to clone (WAV, FLAC, OGG, MP3, ...)")
-    p.add_argument("--reference-text", help="what the reference audio says")
-    p.add_argument("--instruction", help="how to speak, where the model takes instructions")
-    p.add_argument("--seed", type=int, default=0, help="noise seed; chunk i uses seed + i")
-    p.add_argument("--speed", type=float, default=1.0, help="speaking rate, 0.25 to 4.0")
+    _request_arguments(p, engines)
     p.add_argument("--simulate-vram-mb", type=int, help="run on a simulated GPU of this size (CPU)")
-    p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a compute.* setting for this run")
     p.set_defaults(func=speak)
+    p = sub.add_parser("verify", help="prove that streaming, partial loading and OOM retries change nothing "
+                                      "for a model (exit 1 on any difference)")
+    p.add_argument("text", nargs="?", default="Streaming changes nothing. Every sample stays the same.",
+                   help="the text to read (default: two short English sentences)")
+    _request_arguments(p, engines)
+    p.add_argument("--json", help="also write the report to this file (to attach to a bug report)")
+    p.set_defaults(func=verify)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"{args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

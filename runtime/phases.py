@@ -42,7 +42,9 @@ class RequestContext:
         self.generator = torch.Generator().manual_seed(seed)
         self.cancel_event = cancel if cancel is not None else threading.Event()
         self.meta: dict[str, Any] = {
-            "memory": {"streamed_mb": 0.0, "loaded_mb": 0.0, "size_mb": 0.0, "partial": {}},
+            # phases: per phase name, its tightest run (the working-memory estimate against the
+            # measured working memory, both MB)
+            "memory": {"streamed_mb": 0.0, "loaded_mb": 0.0, "size_mb": 0.0, "partial": {}, "phases": {}},
             "applied": {"oom_retries": 0, "fallbacks": []},
         }
         self._used: dict[ModelHandle, dict] = {}  # handle -> streamed bytes at first use, peak loaded
@@ -153,6 +155,7 @@ class RequestContext:
             cached = sum(self.manager.streamer(h.device).cached_bytes(h) for h in streamed)
             stays = max(0, tracker.end - tracker.start - cached)
             measured = max(0, tracker.peak_bytes - copies - stays)
+            self._record_phase(name, memory, measured)
             for h in streamed:
                 key = self.manager.calibration_key(h)
                 factor = self.manager.calibration.observe(key, memory, measured)
@@ -160,6 +163,12 @@ class RequestContext:
                     log.info("%s: working memory %.1f MB measured vs %.1f MB estimated; calibration factor %.2f",
                              key, measured / MB, memory / MB, factor)
                     self.manager.calibration.save()
+
+    def _record_phase(self, name: str, estimate: int, measured: int) -> None:
+        phases = self.meta["memory"]["phases"]
+        seen = phases.get(name)
+        if seen is None or measured * seen["estimate_mb"] > seen["measured_mb"] * estimate:   # a tighter ratio
+            phases[name] = {"estimate_mb": estimate / MB, "measured_mb": measured / MB}
 
     def _finish(self) -> None:
         mem = self.meta["memory"]

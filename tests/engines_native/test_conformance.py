@@ -22,7 +22,8 @@ import torch
 
 from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.common.registry import LoadRequest, discover
-from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, RequestContext, VramPolicy
+from mizuoto.nodes.common.verify import FaultInjector
+from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, VramPolicy
 
 TESTS = Path(__file__).resolve().parents[1]
 ENGINES = {spec.engine_id: spec for spec in discover()}
@@ -179,47 +180,13 @@ def test_a_config_that_does_not_fit_the_weights_names_the_file_and_field(tmp_pat
 
 
 
-class Faults:
-    """Counts the strict device's allocations and where each phase starts; raises the simulated OOM at
-    chosen ones (`fail`: allocation numbers; `from_`: that one onwards, a persistent shortage)."""
-
-    def __init__(self, memory, monkeypatch) -> None:
-        self.allocate, self.count, self.starts = memory.allocate, 0, []
-        self.fail: set[int] = set()
-        self.from_: int | None = None
-        memory.allocate = self
-        use = RequestContext.use
-
-        def recording_use(ctx, handles, memory=0, name=None):
-            self.starts.append((name, self.count))
-            return use(ctx, handles, memory, name)
-        monkeypatch.setattr(RequestContext, "use", recording_use)
-
-    def __call__(self, storage) -> None:
-        self.count += 1
-        if self.count in self.fail or (self.from_ is not None and self.count >= self.from_):
-            raise torch.OutOfMemoryError(f"injected at allocation {self.count}")
-        self.allocate(storage)
-
-    def points(self, start: int, end: int) -> dict[str, list[int]]:
-        """Per phase name, its first run's first, middle and last allocation (counted from `start`)."""
-        runs = [(name, a) for name, a in self.starts if start <= a < end]
-        bounds = [a for _, a in runs[1:]] + [end]
-        points: dict[str, list[int]] = {}
-        for (name, a), b in zip(runs, bounds):
-            if b > a and name not in points:
-                points[name] = sorted({a + 1 - start, (a + b + 1) // 2 - start, b - start})
-        return points
-
-
 def assert_clean(engine, devices, what: str) -> None:
     assert all(h.in_use == 0 for h in engine.handles), f"{what}: a component is still in use"
     assert all(u.depth == 0 for h in engine.handles for u in h.layout.units), f"{what}: a unit is still entered"
     assert devices.memory("cpu").used == sum(h.loaded_bytes for h in engine.handles), f"{what}: a copy was left"
 
 
-def test_an_oom_in_any_phase_is_retried_exactly_and_a_persistent_one_leaves_the_runtime_clean(engine_case,
-                                                                                             monkeypatch):
+def test_an_oom_in_any_phase_is_retried_exactly_and_a_persistent_one_leaves_the_runtime_clean(engine_case):
     """In vram_mode low (half resident: placed and streamed units both run), one OOM at the first, middle
     and last allocation of every phase: the exact retry gives audio `torch.equal` to the plain run (phase
     functions are re-runnable, no engine code swallows the OOM). An OOM from a phase's middle on: the
@@ -227,7 +194,11 @@ def test_an_oom_in_any_phase_is_retried_exactly_and_a_persistent_one_leaves_the_
     the plain run, and within a few of them the weights are as resident as before the OOMs."""
     spec, case, load, plain, sizes = engine_case
     engine, devices = build(spec, load, 4 * sum(s for s, _ in sizes) + 256 * MB, mode="low")
-    faults = Faults(devices.memory("cpu"), monkeypatch)
+    with FaultInjector(devices.memory("cpu")) as faults:
+        check_oom_faults(spec, case, engine, devices, plain, faults)
+
+
+def check_oom_faults(spec, case, engine, devices, plain, faults) -> None:
     synthesize(engine, case.request)
     loaded = [h.loaded_bytes for h in engine.handles]
     start = faults.count

@@ -1,0 +1,229 @@
+"""The conformance check on a real model: one request run resident, half-resident, all-streamed and
+with an OOM injected into every phase, on a strict simulated device sized from the model itself.
+
+    report = verify(spec, load, request)          # the model is loaded once
+    print(report.table()); sys.exit(0 if report.ok else 1)
+
+Every run's audio must be `torch.equal` to the resident run's, and every phase's working-memory
+estimate must cover what it measured (calibration is off, so an estimate is never corrected quietly).
+Faults are named per run: a weight read outside its unit's forward (StrictDeviceError), an output
+that differs (with the first differing sample), an estimate below the measured peak, an OOM that was
+not retried. tests/engines_native/test_conformance.py runs the same injections on the tiny models.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...runtime import Calibration, DeviceService, ModelManager, RequestContext, VramPolicy
+from .pipeline import SpeakRequest, synthesize
+from .registry import EngineSpec, LoadRequest
+
+MB = 1 << 20
+
+
+class FaultInjector:
+    """Counts a simulated device's allocations and where each phase starts; raises the simulated OOM at
+    chosen allocations (`fail`) or from one on (`from_`: a persistent shortage). `install` wraps the
+    device's accounting and RequestContext.use; `remove` puts both back."""
+
+    def __init__(self, memory) -> None:
+        self.memory, self.count, self.starts = memory, 0, []
+        self.fail: set[int] = set()
+        self.from_: int | None = None
+        self._allocate: Callable | None = None
+        self._use: Callable | None = None
+
+    def install(self) -> FaultInjector:
+        self._allocate, self._use = self.memory.allocate, RequestContext.use
+        use = self._use
+
+        def recording_use(ctx, handles, memory=0, name=None):
+            self.starts.append((name, self.count))
+            return use(ctx, handles, memory, name)
+        self.memory.allocate = self
+        RequestContext.use = recording_use
+        return self
+
+    def remove(self) -> None:
+        self.memory.allocate = self._allocate
+        RequestContext.use = self._use
+
+    def __enter__(self) -> FaultInjector:
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def __call__(self, storage) -> None:
+        self.count += 1
+        if self.count in self.fail or (self.from_ is not None and self.count >= self.from_):
+            raise torch.OutOfMemoryError(f"injected at allocation {self.count}")
+        self._allocate(storage)
+
+    def points(self, start: int, end: int) -> dict[str, list[int]]:
+        """Per phase name, its first run's first, middle and last allocation (counted from `start`)."""
+        runs = [(name, a) for name, a in self.starts if start <= a < end]
+        bounds = [a for _, a in runs[1:]] + [end]
+        points: dict[str, list[int]] = {}
+        for (name, a), b in zip(runs, bounds):
+            if b > a and name not in points:
+                points[name] = sorted({a + 1 - start, (a + b + 1) // 2 - start, b - start})
+        return points
+
+
+@dataclass
+class Run:
+    """One run of the request: how it was placed, and how its audio compares with the resident run's."""
+
+    mode: str
+    seconds: float = 0.0
+    streamed_mb: float = 0.0
+    oom_retries: int = 0
+    equal: bool | None = None               # None: the resident run itself, or no audio (error)
+    first_difference: int | None = None     # the first differing sample (or -1: other length)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.equal is not False
+
+
+@dataclass
+class Report:
+    engine: str
+    model: str
+    runs: list[Run] = field(default_factory=list)
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)   # tightest estimate vs measured
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def faults(self) -> list[str]:
+        out = [f"{r.mode}: {r.error}" for r in self.runs if r.error]
+        out += [f"{r.mode}: output differs from the resident run at sample {r.first_difference}"
+                for r in self.runs if r.equal is False]
+        out += [f"phase {name}: estimate {p['estimate_mb']:.2f} MB below the measured {p['measured_mb']:.2f} MB"
+                for name, p in self.phases.items() if p["measured_mb"] > p["estimate_mb"]]
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.runs) and not self.faults
+
+    def table(self) -> str:
+        lines = [f"{self.engine} {self.model}", f"{'run':<34} {'seconds':>8} {'streamed MB':>12} {'retries':>7}  result"]
+        for r in self.runs:
+            result = r.error or ("reference" if r.equal is None else "equal" if r.equal
+                                 else f"differs at sample {r.first_difference}")
+            lines.append(f"{r.mode:<34} {r.seconds:>8.2f} {r.streamed_mb:>12.2f} {r.oom_retries:>7}  {result}")
+        lines.append(f"{'phase':<34} {'estimate MB':>12} {'measured MB':>12}  estimate / measured")
+        for name, p in sorted(self.phases.items()):
+            ratio = p["estimate_mb"] / p["measured_mb"] if p["measured_mb"] else float("inf")
+            lines.append(f"{name:<34} {p['estimate_mb']:>12.2f} {p['measured_mb']:>12.2f}  {ratio:.2f}")
+        lines.append("OK: every run equals the resident run and every estimate covers its phase" if self.ok
+                     else "FAULTS:\n  " + "\n  ".join(self.faults))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ok": self.ok, "faults": self.faults}
+
+
+def first_difference(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    """None when equal; the first differing sample; -1 when the lengths differ."""
+    if a.shape != b.shape:
+        return -1
+    diff = (a != b).nonzero()
+    return int(diff[0, 0]) if diff.numel() else None
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        pack = version("comfyui-mizuoto")
+    except PackageNotFoundError:
+        pack = "unknown"
+    return {"torch": torch.__version__, "mizuoto": pack, "python": platform.python_version(),
+            "machine": platform.machine(), "threads": str(torch.get_num_threads())}
+
+
+def verify(spec: EngineSpec, load: LoadRequest, request: SpeakRequest,
+           progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> Report:
+    """The report for `request` on the model of `load` (loaded once, on the CPU, placed on a strict
+    simulated device whose size each run sets)."""
+    say = progress or (lambda _: None)
+    with tempfile.TemporaryDirectory(prefix="mizuoto-verify-") as tmp:
+        devices = DeviceService(simulate={"cpu": 1 << 50}, strict=True)
+        manager = ModelManager(devices, VramPolicy({}), calibration=Calibration(Path(tmp) / "calibration.json"))
+        engine = spec.build(dataclasses.replace(load, device=torch.device("cpu")), manager)
+        return _runs(spec, load, engine, devices, request, say, cancel)
+
+
+def _runs(spec, load, engine, devices, request, say, cancel) -> Report:
+    report = Report(spec.engine_id, load.model, versions=versions())
+    memory = devices.memory("cpu")
+    total = sum(h.size_bytes for h in engine.handles)
+
+    def run(mode: str, capacity: int, vram_mode: str = "normal") -> tuple[Run, torch.Tensor | None]:
+        say(f"{mode} ...")
+        engine.manager.unload_all()
+        memory.capacity = capacity
+        memory.peak = memory.used
+        settings = {**(request.settings or {}), "compute.vram_mode": vram_mode}
+        result, start = Run(mode), time.monotonic()
+        try:
+            wav, meta = synthesize(engine, dataclasses.replace(request, settings=settings), cancel=cancel)
+        except torch.OutOfMemoryError as e:
+            result.error = f"out of memory: {str(e).splitlines()[0]}"
+            return result, None
+        except (ValueError, RuntimeError) as e:        # StrictDeviceError is a RuntimeError
+            result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return result, None
+        finally:
+            result.seconds = time.monotonic() - start
+        result.streamed_mb, result.oom_retries = meta["memory"]["streamed_mb"], meta["applied"]["oom_retries"]
+        for name, p in meta["memory"]["phases"].items():
+            seen = report.phases.get(name)
+            if seen is None or p["measured_mb"] * seen["estimate_mb"] > seen["measured_mb"] * p["estimate_mb"]:
+                report.phases[name] = p
+        return result, wav
+
+    def compare(result: Run, wav: torch.Tensor | None, reference: torch.Tensor) -> None:
+        if wav is not None:
+            result.first_difference = first_difference(wav, reference)
+            result.equal = result.first_difference is None
+        report.runs.append(result)
+
+    roomy = 4 * total + 256 * MB
+    resident, reference = run("resident", roomy)
+    report.runs.append(resident)
+    if reference is None:
+        return report
+    working = max(memory.peak - total, 0)
+    half = max(h.min_working_set + (h.size_bytes - h.min_working_set) // 2 for h in engine.handles) + working
+    compare(*run("half-resident", half), reference)
+    compare(*run("all streamed", roomy, "none"), reference)
+    faults = FaultInjector(memory).install()
+    try:
+        start = faults.count
+        run("count allocations", roomy, "low")
+        phases = faults.points(start, faults.count)
+        for phase, points in phases.items():
+            for k in points:
+                faults.fail = {faults.count + k}
+                result, wav = run(f"OOM in {phase} (allocation {k})", roomy, "low")
+                if wav is not None and result.oom_retries == 0:
+                    result.error = "the injected OOM was not retried"
+                compare(result, wav, reference)
+    finally:
+        faults.remove()
+    return report
