@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import re
+import struct
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,15 +34,28 @@ def load_pickle(path: str | os.PathLike) -> Any:
     mmap = zipfile.is_zipfile(path)  # legacy (pre-1.6) pickles cannot be mapped
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as e:
+    except _UNREADABLE as e:
+        raise _unpickle_error(path, e, "tensors and plain containers") from None
+
+
+# What torch.load raises for bytes that are not a checkpoint: random bytes reach the weights-only unpickler's
+# opcode loop, which pops an empty stack (IndexError), reads an unknown memo key (KeyError) or unpacks a short
+# buffer (struct.error). MemoryError and KeyboardInterrupt are not among them: they are not the file's fault.
+_UNREADABLE = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile, LookupError,
+               TypeError, AttributeError, struct.error, OverflowError, RecursionError)
+
+
+def _unpickle_error(path: Path, e: BaseException, allowed: str) -> CheckpointError:
+    """The CheckpointError for a pickle torch.load refused: names the file, says what is read."""
+    if isinstance(e, pickle.UnpicklingError):
         text = " ".join(str(e).split())
         detail = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
-        detail = detail.split("trusted source.", 1)[-1].strip()        # torch's advice to unpickle anyway: not ours
-        raise CheckpointError(f"{path}: not loaded: only torch checkpoints of tensors and plain containers are "
-                              f"read (weights-only unpickler: {detail})") from None
-    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        detail = detail.split("trusted source.", 1)[-1].split("Please use `torch.serialization", 1)[0].strip()
+        return CheckpointError(f"{path}: not loaded: only torch checkpoints of {allowed} are read (weights-only "
+                               f"unpickler: {detail[:300]})")
+    first = str(e).splitlines()[0][:200] if str(e) else ""
+    return CheckpointError(f"{path}: not a PyTorch checkpoint, or a truncated or corrupt one (expected a torch.save "
+                           f"zip archive or legacy pickle; {type(e).__name__}: {first})")
 
 
 def state_dict(obj: Any, path: str | os.PathLike, key: str | None = None, strip: str = "") -> dict[str, torch.Tensor]:
@@ -212,6 +226,14 @@ class PickledRecord:
     `utils.HParams`). The weights-only unpickler creates it (NEWOBJ, no arguments) and hands it its
     `__dict__` (BUILD); nothing of the upstream class is imported or run."""
 
+    def __new__(cls, *args: object, **kwargs: object) -> PickledRecord:
+        # A real record is created bare (NEWOBJ without arguments); a pickle that calls it with arguments
+        # (REDUCE) is not one torch.save wrote.
+        if args or kwargs:
+            raise pickle.UnpicklingError(f"a pickled record is created with arguments {args!r:.80} {kwargs!r:.80}; "
+                                         "expected none (its attributes come from BUILD)")
+        return super().__new__(cls)
+
     def __setstate__(self, state: object) -> None:
         if isinstance(state, tuple) and len(state) == 2 and state[1] is None:
             state = state[0]
@@ -243,20 +265,13 @@ def load_pickle_with_records(path: str | os.PathLike, records: tuple[str, ...], 
         raise FileNotFoundError(f"checkpoint not found: {path}")
     data = bytearray(path.read_bytes())
     if len(data) < 4:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint (only {len(data)} bytes)")
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (only {len(data)} bytes; expected a torch.save zip archive)")
     if data[:2] != header[:2] and data[2:4] == b"\x03\x04":   # a zip local-file header behind a version code
         data[:2] = header
     allowed = [(PickledRecord, name) for name in records]
     try:
         with torch.serialization.safe_globals(allowed):
             obj = torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        text = " ".join(str(e).split())
-        detail = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
-        detail = detail.split("trusted source.", 1)[-1].split("Please use `torch.serialization", 1)[0].strip()
-        raise CheckpointError(f"{path}: not loaded: only tensors, plain containers and {', '.join(records)} "
-                              f"records are read (weights-only unpickler: {detail})") from None
-    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    except _UNREADABLE as e:
+        raise _unpickle_error(path, e, f"tensors, plain containers and {', '.join(records)} records") from None
     return plain(obj)
