@@ -9,6 +9,7 @@ reading it, so a large checkpoint costs page cache, not a second copy in RAM.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -16,7 +17,7 @@ import pickle
 import re
 import struct
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,32 @@ def load_yaml(path: str | os.PathLike, engine: str, loader: type | None = None) 
         raise CheckpointError(f"{engine}: {path} is not readable YAML ({type(e).__name__}: {str(e)[:200]})") from None
 
 
+@contextlib.contextmanager
+def tokenizer_errors(engine: str, *paths: str | os.PathLike,
+                     expected: str = "a `tokenizers` tokenizer.json") -> Iterator[None]:
+    """Inside: building a `tokenizers` tokenizer from the files `paths`. The library raises a bare `Exception`
+    for every malformed file ("EOF while parsing", "Token `x` out of vocabulary"); it becomes a CheckpointError
+    naming the engine, the files and what was expected."""
+    try:
+        yield
+    except (CheckpointError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - tokenizers' errors have no narrower type
+        detail = " ".join(str(e).split())[:200]
+        names = " / ".join(str(p) for p in paths)
+        raise CheckpointError(f"{engine}: {names} is not {expected} ({type(e).__name__}: {detail}); the download "
+                              f"is incomplete or corrupt") from None
+
+
+def load_tokenizer(path: str | os.PathLike, engine: str) -> Any:
+    """A `tokenizers.Tokenizer` from a model folder's tokenizer.json, size-bounded like every data file (the
+    library's JSON parser bounds nesting itself); errors name the engine and the file."""
+    from tokenizers import Tokenizer
+    text = read_text_bounded(path, engine)
+    with tokenizer_errors(engine, path):
+        return Tokenizer.from_str(text)
+
+
 # Config fields that size modules: a negative or absurd width, or a count (heads, layers) below one, must be
 # refused before any module is built (a 10^7-wide layer or 100 000 layers would be tried for minutes, or
 # allocated). Widths may be 0: Hugging Face configs use 0 for "off" (chunk_size_feed_forward).
@@ -265,7 +292,8 @@ def load_pickle_with_records(path: str | os.PathLike, records: tuple[str, ...], 
         raise FileNotFoundError(f"checkpoint not found: {path}")
     data = bytearray(path.read_bytes())
     if len(data) < 4:
-        raise CheckpointError(f"{path}: not a PyTorch checkpoint (only {len(data)} bytes; expected a torch.save zip archive)")
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (only {len(data)} bytes; expected a torch.save zip "
+                              "archive)")
     if data[:2] != header[:2] and data[2:4] == b"\x03\x04":   # a zip local-file header behind a version code
         data[:2] = header
     allowed = [(PickledRecord, name) for name in records]

@@ -17,7 +17,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ..common.checkpoint import load_json
+from ..common.checkpoint import load_json, tokenizer_errors
 
 
 
@@ -76,7 +76,9 @@ class TextTokenizer:
         table = dict(vocab)
         for idx, content in specials:
             table.setdefault(content, idx)
-        tok = Tokenizer(models.BPE(vocab=table, merges=merges, unk_token=None, byte_fallback=False))
+        with tokenizer_errors("CosyVoice text tokenizer", vocab_path, merges_path,
+                              expected="a Qwen2 BPE vocabulary and its merges"):
+            tok = Tokenizer(models.BPE(vocab=table, merges=merges, unk_token=None, byte_fallback=False))
         tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),

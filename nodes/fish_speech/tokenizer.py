@@ -20,7 +20,8 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ..common.checkpoint import load_json
+from ...runtime.loading import CheckpointError
+from ..common.checkpoint import load_json, load_tokenizer
 
 WHITE_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
                         "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
@@ -200,14 +201,12 @@ class HFTokenizer:
 
     @classmethod
     def from_folder(cls, folder: Path) -> HFTokenizer:
-        from tokenizers import Tokenizer       # imported on first use: only S2 folders need it
         path = folder / "tokenizer.json"
+        tokenizer = load_tokenizer(path, "Fish Speech")   # tokenizers is imported on first use: S2 folders only
         try:
-            return cls(Tokenizer.from_file(str(path)))
+            return cls(tokenizer)
         except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
-        except Exception as e:                 # the library's own errors (bad JSON, unknown model)
-            raise ValueError(f"{path} is not a tokenizers tokenizer.json: {e}") from None
+            raise CheckpointError(f"{path}: {e}") from None
 
     def token_id(self, token: str) -> int:
         return self.special[token]
