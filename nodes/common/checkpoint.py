@@ -91,8 +91,9 @@ MAX_NESTING = 100                 # published configs nest < 10 deep
 MAX_NODES = 2_000_000             # values after expanding every YAML alias / !ref (a 150k-token vocab: 300k)
 
 
-def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DATA_FILE_BYTES) -> str:
-    """A model folder's text file, refused past `limit` bytes before it is read; errors name the file."""
+def check_data_file(path: str | os.PathLike, engine: str, limit: int = MAX_DATA_FILE_BYTES) -> Path:
+    """`path`, a model folder's config or tokenizer file that exists and is at most `limit` bytes (checked
+    before anything reads it); errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise ModelFolderError(f"{engine}: {path} not found")
@@ -100,6 +101,12 @@ def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DAT
     if size > limit:
         raise CheckpointError(f"{engine}: {path} is {size >> 20} MB; expected a config or tokenizer file under "
                               f"{limit >> 20} MB")
+    return path
+
+
+def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DATA_FILE_BYTES) -> str:
+    """A model folder's text file, refused past `limit` bytes before it is read; errors name the file."""
+    path = check_data_file(path, engine, limit)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
