@@ -18,3 +18,13 @@ class Case:
     request: SpeakRequest
     unit_bytes: int = 16 << 10     # tiny layers: units this small, so every engine has something to stream
     instruction: str = "Speak slowly and softly."   # one the engine accepts (OmniVoice: voice-design items only)
+
+
+def load_case(engine_id: str, root: Path) -> Case:
+    """`tests/<engine_id>/tiny.py`'s conformance_case(root), the file loaded by path (tests are not a package)."""
+    import importlib.util
+    path = Path(__file__).resolve().parent / engine_id / "tiny.py"
+    spec = importlib.util.spec_from_file_location(f"conformance_{engine_id}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.conformance_case(root)
