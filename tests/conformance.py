@@ -6,6 +6,7 @@ valid request in the engine's main mode. The test fails for an engine that has n
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +21,10 @@ class Case:
     instruction: str = "Speak slowly and softly."   # one the engine accepts (OmniVoice: voice-design items only)
 
 
-def load_case(engine_id: str, root: Path) -> Case:
-    """`tests/<engine_id>/tiny.py`'s conformance_case(root), the file loaded by path (tests are not a package)."""
-    import importlib.util
+def conformance_case(engine_id: str, root: Path) -> Case:
+    """The Case of `tests/<engine_id>/tiny.py`, its tiny model written under `root`."""
     path = Path(__file__).resolve().parent / engine_id / "tiny.py"
+    assert path.is_file(), f"{engine_id}: registered engines need {path} with conformance_case(root)"
     spec = importlib.util.spec_from_file_location(f"conformance_{engine_id}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

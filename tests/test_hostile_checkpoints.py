@@ -82,12 +82,12 @@ def spoilable(engine_id: str, folder: Path, how: str) -> list[Path]:
 @pytest.fixture(scope="module")
 def tiny_folders(tmp_path_factory):
     """Each engine's tiny folder, written once per module on first use (this module's own copy)."""
-    from conformance import load_case
+    from conformance import conformance_case
     cases: dict[str, object] = {}
 
     def case(engine_id: str):
         if engine_id not in cases:
-            cases[engine_id] = load_case(engine_id, tmp_path_factory.mktemp(engine_id))
+            cases[engine_id] = conformance_case(engine_id, tmp_path_factory.mktemp(engine_id))
         return cases[engine_id]
     return case
 
