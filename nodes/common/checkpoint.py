@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ...runtime.loading import CheckpointError
@@ -113,11 +114,31 @@ def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DAT
         raise CheckpointError(f"{engine}: {path} is not UTF-8 text ({e})") from None
 
 
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_nesting(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings not counted), in linear
+    time without recursion. `json.loads` is bounded only by the interpreter's recursion limit: where that is
+    raised, or on a thread with a small stack, a 100 000-deep array overflows the C stack and kills the process."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps, dtype=np.int64).max())
+
+
 def load_json(path: str | os.PathLike, engine: str, kind: type | tuple[type, ...] = dict) -> Any:
     """The JSON value of a model folder's file, of type `kind`; errors name the engine, the file and what was
     expected (a corrupt or hostile file: invalid, too deep, too large, or another type)."""
     path = Path(path)
     text = read_text_bounded(path, engine)
+    depth = json_nesting(text)
+    if depth > MAX_NESTING:
+        raise CheckpointError(f"{engine}: {path} is nested {depth} deep; expected a config or vocabulary nested "
+                              f"at most {MAX_NESTING} deep (published ones nest a few levels)")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as e:
