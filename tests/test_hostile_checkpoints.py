@@ -185,3 +185,20 @@ def test_published_nesting_and_shapes_still_read():
     model = parse_model(_onnx(_nested(10) + _field(5, _field(1, 0) + _field(1, 4) + _field(2, 1) + _field(8, "e")
                                                    + _field(9, b""))))
     assert model.graph.initializers["e"].shape == (0, 4) and model.graph.nodes[0].op_type == "If"
+
+
+@pytest.mark.parametrize("engine", ["CosyVoice", "Qwen3-TTS"])
+def test_a_merge_of_unknown_tokens_names_the_bpe_files(tmp_path, engine):
+    """A merges.txt cut mid-line (or from another vocabulary) names tokens vocab.json lacks: the tokenizers
+    library raised a bare Exception ("Token `x` out of vocabulary")."""
+    from cosyvoice.tiny import write_tokenizer
+    from mizuoto.nodes.cosyvoice.frontend import TextTokenizer as CosyTokenizer
+    from mizuoto.nodes.qwen3_tts.text import TextTokenizer as QwenTokenizer
+    write_tokenizer(tmp_path)
+    read = (lambda: CosyTokenizer(tmp_path, 2)) if engine == "CosyVoice" else (lambda: QwenTokenizer(tmp_path))
+    read()
+    merges = tmp_path / "merges.txt"
+    merges.write_text(merges.read_text(encoding="utf-8") + "notatoken alsonot\n", encoding="utf-8")
+    with pytest.raises(CheckpointError) as e:
+        read()
+    assert str(merges) in str(e.value) and "BPE vocabulary and its merges" in str(e.value), e.value
