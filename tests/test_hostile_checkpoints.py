@@ -202,3 +202,35 @@ def test_a_merge_of_unknown_tokens_names_the_bpe_files(tmp_path, engine):
     with pytest.raises(CheckpointError) as e:
         read()
     assert str(merges) in str(e.value) and "BPE vocabulary and its merges" in str(e.value), e.value
+
+
+def test_a_spoilt_g2pw_file_is_an_error_naming_it(tmp_path):
+    """GPT-SoVITS's G2PW folder (its own ONNX model, config.py, character tables, pinyin table) and the
+    polyphonic word lists: each file in turn replaced by random bytes is a ValueError naming it."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from mizuoto.nodes.gpt_sovits import g2pw
+    fixtures = Path(__file__).parent / "gpt_sovits" / "fixtures"
+    folder = tmp_path / "G2PWModel"
+    shutil.copytree(fixtures / "g2pw_model", folder)
+    tokenizer = Tokenizer.from_file(str(fixtures / "g2pw_tokenizer" / "tokenizer.json"))
+    text = tmp_path / "text"
+    text.mkdir()
+    for name in g2pw.REP_FILES:
+        (text / name).write_text("行: ['xing2']\n", encoding="utf-8")
+    g2pw.G2PW.from_folder(folder, tokenizer)
+    g2pw.read_polyphonic(text)
+    spoilt = [(p, lambda: g2pw.G2PW.from_folder(folder, tokenizer)) for p in sorted(folder.iterdir())
+              if p.name != g2pw.CHAR_BOPOMOFO]          # only its presence is checked (see G2PW.from_folder)
+    spoilt += [(text / name, lambda: g2pw.read_polyphonic(text)) for name in g2pw.REP_FILES]
+    for path, read in spoilt:
+        data = path.read_bytes()
+        path.write_bytes(noise(len(data), max(len(data), 64)))
+        try:
+            with pytest.raises(ValueError) as e:
+                read()
+        finally:
+            path.write_bytes(data)
+        assert str(path) in str(e.value), f"{path.name}: {type(e.value).__name__}: {str(e.value)[:300]}"
