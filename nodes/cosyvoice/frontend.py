@@ -17,7 +17,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ..common.checkpoint import load_json, tokenizer_errors
+from ..common.checkpoint import load_json, read_text_bounded, tokenizer_errors
 
 
 
@@ -58,7 +58,7 @@ class TextTokenizer:
                 raise FileNotFoundError(f"CosyVoice text tokenizer: {f} not found")
         vocab = load_json(vocab_path, "CosyVoice text tokenizer")
         try:
-            lines = merges_path.read_text(encoding="utf-8").splitlines()
+            lines = read_text_bounded(merges_path, "CosyVoice text tokenizer").splitlines()
             merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
         except (ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"CosyVoice text tokenizer: {vocab_path} / {merges_path} could not be read: {e}") from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..common.checkpoint import load_json, load_tokenizer, tokenizer_errors
+from ..common.checkpoint import load_json, load_tokenizer, read_text_bounded, tokenizer_errors
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -55,7 +55,7 @@ class TextTokenizer:
                 raise ValueError(f"Qwen3-TTS text tokenizer: {config} is not a valid tokenizer config: {e}") from None
         try:
             table = load_json(vocab, "Qwen3-TTS text tokenizer")
-            lines = merges.read_text(encoding="utf-8").splitlines()
+            lines = read_text_bounded(merges, "Qwen3-TTS text tokenizer").splitlines()
             pairs = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
             # Added tokens keep the ids tokenizer_config.json gives them, gaps included.
             for idx, content, _ in special:
