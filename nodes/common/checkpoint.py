@@ -19,12 +19,15 @@ import struct
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ...runtime.loading import CheckpointError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 def load_pickle(path: str | os.PathLike) -> Any:
@@ -235,7 +238,7 @@ def tokenizer_errors(engine: str, *paths: str | os.PathLike,
                               f"is incomplete or corrupt") from None
 
 
-def load_tokenizer(path: str | os.PathLike, engine: str) -> Any:
+def load_tokenizer(path: str | os.PathLike, engine: str) -> Tokenizer:
     """A `tokenizers.Tokenizer` from a model folder's tokenizer.json, size-bounded like every data file (the
     library's JSON parser bounds nesting itself); errors name the engine and the file."""
     from tokenizers import Tokenizer
