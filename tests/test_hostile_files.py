@@ -86,9 +86,12 @@ def test_a_node_graph_is_measured_in_linear_time():
     check_yaml_graph(node, limit_nodes=10**10)
 
 
-# A 100 000-deep JSON array (RecursionError inside json, caught by load_json) is left out here: in one full
-# run after the runtime tests it gave another error for CosyVoice's vocab.json, not yet understood.
-JSON_CASES = {"null": "null", "a list": "[1, 2]", "text": "not json"}
+# The 100 000-deep array is refused by load_json's own linear nesting check before json.loads sees it: json's C
+# scanner is bounded only by the interpreter's recursion limit, so with that limit raised (or on a thread with a
+# small stack) the same file crashed the process or raised something else than the RecursionError caught.
+JSON_CASES = {"deep": ("[" * 100_000 + "]" * 100_000, "expected a config or vocabulary nested at most 100 deep"),
+              "null": ("null", "expected a JSON"), "a list": ("[1, 2]", "expected a JSON"),
+              "text": ("not json", "not valid JSON")}
 
 
 def json_readers(tmp_path):
@@ -117,9 +120,25 @@ def json_readers(tmp_path):
 def test_hostile_json_is_a_clear_error_naming_the_file(tmp_path, reader, case):
     path, call = json_readers(tmp_path)[reader]
     call()                                   # the clean folder reads
-    path.write_text(JSON_CASES[case], encoding="utf-8")
+    text, says = JSON_CASES[case]
+    path.write_text(text, encoding="utf-8")
     error, _ = guarded(call)
-    assert str(path) in str(error) and ("expected a JSON" in str(error) or "not valid JSON" in str(error)), error
+    assert str(path) in str(error) and says in str(error), error
+
+
+def test_deep_json_is_refused_whatever_the_recursion_limit(tmp_path):
+    """In a fresh interpreter with the recursion limit raised to 10**6 (as a host application may), a 100 000-deep
+    array is still a clear error: json.loads alone overflows the C stack there and the process dies."""
+    import subprocess
+    import sys
+    path = tmp_path / "vocab.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    code = ("import sys; sys.setrecursionlimit(10**6)\n"
+            "from mizuoto.nodes.common.checkpoint import load_json\n"
+            f"try:\n    load_json({str(path)!r}, 'test')\n"
+            "except ValueError as e:\n    print('refused:', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "nested at most 100 deep" in done.stdout, (done.returncode, done.stderr[-500:])
 
 
 def test_an_oversized_data_file_is_refused_before_it_is_read(tmp_path):

@@ -9,19 +9,25 @@ reading it, so a large checkpoint costs page cache, not a second copy in RAM.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import pickle
 import re
+import struct
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from ...runtime.loading import CheckpointError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 def load_pickle(path: str | os.PathLike) -> Any:
@@ -33,15 +39,28 @@ def load_pickle(path: str | os.PathLike) -> Any:
     mmap = zipfile.is_zipfile(path)  # legacy (pre-1.6) pickles cannot be mapped
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as e:
+    except _UNREADABLE as e:
+        raise _unpickle_error(path, e, "tensors and plain containers") from None
+
+
+# What torch.load raises for bytes that are not a checkpoint: random bytes reach the weights-only unpickler's
+# opcode loop, which pops an empty stack (IndexError), reads an unknown memo key (KeyError) or unpacks a short
+# buffer (struct.error). MemoryError and KeyboardInterrupt are not among them: they are not the file's fault.
+_UNREADABLE = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile, LookupError,
+               TypeError, AttributeError, struct.error, OverflowError, RecursionError)
+
+
+def _unpickle_error(path: Path, e: BaseException, allowed: str) -> CheckpointError:
+    """The CheckpointError for a pickle torch.load refused: names the file, says what is read."""
+    if isinstance(e, pickle.UnpicklingError):
         text = " ".join(str(e).split())
         detail = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
-        detail = detail.split("trusted source.", 1)[-1].strip()        # torch's advice to unpickle anyway: not ours
-        raise CheckpointError(f"{path}: not loaded: only torch checkpoints of tensors and plain containers are "
-                              f"read (weights-only unpickler: {detail})") from None
-    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        detail = detail.split("trusted source.", 1)[-1].split("Please use `torch.serialization", 1)[0].strip()
+        return CheckpointError(f"{path}: not loaded: only torch checkpoints of {allowed} are read (weights-only "
+                               f"unpickler: {detail[:300]})")
+    first = str(e).splitlines()[0][:200] if str(e) else ""
+    return CheckpointError(f"{path}: not a PyTorch checkpoint, or a truncated or corrupt one (expected a torch.save "
+                           f"zip archive or legacy pickle; {type(e).__name__}: {first})")
 
 
 def state_dict(obj: Any, path: str | os.PathLike, key: str | None = None, strip: str = "") -> dict[str, torch.Tensor]:
@@ -76,8 +95,9 @@ MAX_NESTING = 100                 # published configs nest < 10 deep
 MAX_NODES = 2_000_000             # values after expanding every YAML alias / !ref (a 150k-token vocab: 300k)
 
 
-def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DATA_FILE_BYTES) -> str:
-    """A model folder's text file, refused past `limit` bytes before it is read; errors name the file."""
+def check_data_file(path: str | os.PathLike, engine: str, limit: int = MAX_DATA_FILE_BYTES) -> Path:
+    """`path`, a model folder's config or tokenizer file that exists and is at most `limit` bytes (checked
+    before anything reads it); errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise ModelFolderError(f"{engine}: {path} not found")
@@ -85,10 +105,32 @@ def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DAT
     if size > limit:
         raise CheckpointError(f"{engine}: {path} is {size >> 20} MB; expected a config or tokenizer file under "
                               f"{limit >> 20} MB")
+    return path
+
+
+def read_text_bounded(path: str | os.PathLike, engine: str, limit: int = MAX_DATA_FILE_BYTES) -> str:
+    """A model folder's text file, refused past `limit` bytes before it is read; errors name the file."""
+    path = check_data_file(path, engine, limit)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{engine}: {path} is not UTF-8 text ({e})") from None
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_nesting(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings not counted), in linear
+    time without recursion. `json.loads` is bounded only by the interpreter's recursion limit: where that is
+    raised, or on a thread with a small stack, a 100 000-deep array overflows the C stack and kills the process."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps, dtype=np.int64).max())
 
 
 def load_json(path: str | os.PathLike, engine: str, kind: type | tuple[type, ...] = dict) -> Any:
@@ -96,6 +138,10 @@ def load_json(path: str | os.PathLike, engine: str, kind: type | tuple[type, ...
     expected (a corrupt or hostile file: invalid, too deep, too large, or another type)."""
     path = Path(path)
     text = read_text_bounded(path, engine)
+    depth = json_nesting(text)
+    if depth > MAX_NESTING:
+        raise CheckpointError(f"{engine}: {path} is nested {depth} deep; expected a config or vocabulary nested "
+                              f"at most {MAX_NESTING} deep (published ones nest a few levels)")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as e:
@@ -175,6 +221,32 @@ def load_yaml(path: str | os.PathLike, engine: str, loader: type | None = None) 
         raise CheckpointError(f"{engine}: {path} is not readable YAML ({type(e).__name__}: {str(e)[:200]})") from None
 
 
+@contextlib.contextmanager
+def tokenizer_errors(engine: str, *paths: str | os.PathLike,
+                     expected: str = "a `tokenizers` tokenizer.json") -> Iterator[None]:
+    """Inside: building a `tokenizers` tokenizer from the files `paths`. The library raises a bare `Exception`
+    for every malformed file ("EOF while parsing", "Token `x` out of vocabulary"); it becomes a CheckpointError
+    naming the engine, the files and what was expected."""
+    try:
+        yield
+    except (CheckpointError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - tokenizers' errors have no narrower type
+        detail = " ".join(str(e).split())[:200]
+        names = " / ".join(str(p) for p in paths)
+        raise CheckpointError(f"{engine}: {names} is not {expected} ({type(e).__name__}: {detail}); the download "
+                              f"is incomplete or corrupt") from None
+
+
+def load_tokenizer(path: str | os.PathLike, engine: str) -> Tokenizer:
+    """A `tokenizers.Tokenizer` from a model folder's tokenizer.json, size-bounded like every data file (the
+    library's JSON parser bounds nesting itself); errors name the engine and the file."""
+    from tokenizers import Tokenizer
+    text = read_text_bounded(path, engine)
+    with tokenizer_errors(engine, path):
+        return Tokenizer.from_str(text)
+
+
 # Config fields that size modules: a negative or absurd width, or a count (heads, layers) below one, must be
 # refused before any module is built (a 10^7-wide layer or 100 000 layers would be tried for minutes, or
 # allocated). Widths may be 0: Hugging Face configs use 0 for "off" (chunk_size_feed_forward).
@@ -212,6 +284,14 @@ class PickledRecord:
     `utils.HParams`). The weights-only unpickler creates it (NEWOBJ, no arguments) and hands it its
     `__dict__` (BUILD); nothing of the upstream class is imported or run."""
 
+    def __new__(cls, *args: object, **kwargs: object) -> PickledRecord:
+        # A real record is created bare (NEWOBJ without arguments); a pickle that calls it with arguments
+        # (REDUCE) is not one torch.save wrote.
+        if args or kwargs:
+            raise pickle.UnpicklingError(f"a pickled record is created with arguments {args!r:.80} {kwargs!r:.80}; "
+                                         "expected none (its attributes come from BUILD)")
+        return super().__new__(cls)
+
     def __setstate__(self, state: object) -> None:
         if isinstance(state, tuple) and len(state) == 2 and state[1] is None:
             state = state[0]
@@ -243,20 +323,14 @@ def load_pickle_with_records(path: str | os.PathLike, records: tuple[str, ...], 
         raise FileNotFoundError(f"checkpoint not found: {path}")
     data = bytearray(path.read_bytes())
     if len(data) < 4:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint (only {len(data)} bytes)")
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (only {len(data)} bytes; expected a torch.save zip "
+                              "archive)")
     if data[:2] != header[:2] and data[2:4] == b"\x03\x04":   # a zip local-file header behind a version code
         data[:2] = header
     allowed = [(PickledRecord, name) for name in records]
     try:
         with torch.serialization.safe_globals(allowed):
             obj = torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        text = " ".join(str(e).split())
-        detail = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
-        detail = detail.split("trusted source.", 1)[-1].split("Please use `torch.serialization", 1)[0].strip()
-        raise CheckpointError(f"{path}: not loaded: only tensors, plain containers and {', '.join(records)} "
-                              f"records are read (weights-only unpickler: {detail})") from None
-    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    except _UNREADABLE as e:
+        raise _unpickle_error(path, e, f"tensors, plain containers and {', '.join(records)} records") from None
     return plain(obj)

@@ -7,6 +7,7 @@ pack's dependencies stay torch + numpy. Field numbers follow onnx/onnx.proto3 (I
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,13 +58,19 @@ class Model:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
+# Messages inside messages: a published model nests a few subgraphs (If/Loop bodies: graph > node > attribute >
+# graph, four levels each); a hostile one 3000 deep would exhaust Python's recursion limit in the parser.
+MAX_DEPTH = 64
+
+
 class _Reader:
-    """Cursor over one length-delimited message; every read checks the message's bounds."""
+    """Cursor over one length-delimited message; every read checks the message's bounds and each field's wire
+    type (a string sent as a varint is a format error, not a TypeError)."""
 
-    __slots__ = ("buf", "pos", "end", "what")
+    __slots__ = ("buf", "start", "pos", "end", "what", "depth")
 
-    def __init__(self, buf: memoryview, start: int, end: int, what: str):
-        self.buf, self.pos, self.end, self.what = buf, start, end, what
+    def __init__(self, buf: memoryview, start: int, end: int, what: str, depth: int = 0):
+        self.buf, self.start, self.pos, self.end, self.what, self.depth = buf, start, start, end, what, depth
 
     def _fail(self, msg: str) -> OnnxFormatError:
         return OnnxFormatError(f"{self.what}: {msg} at byte {self.pos}")
@@ -111,14 +118,33 @@ class _Reader:
         self.pos += n
         return out
 
-    def sub(self, span: tuple[int, int], what: str) -> "_Reader":
-        return _Reader(self.buf, span[0], span[1], f"{self.what} > {what}")
+    def span(self, value: Any, what: str) -> tuple[int, int]:
+        """`value` as a length-delimited field's (start, end); another wire type is a format error."""
+        if not isinstance(value, tuple):
+            raise self._fail(f"{what}: expected a length-delimited field (wire type 2), found a "
+                             f"{'varint' if isinstance(value, int) else 'fixed-size value'}")
+        return value
 
-    def text(self, span: tuple[int, int]) -> str:
+    def integer(self, value: Any, what: str) -> int:
+        if not isinstance(value, int):
+            raise self._fail(f"{what}: expected a varint (wire type 0)")
+        return value
+
+    def sub(self, span: Any, what: str) -> "_Reader":
+        start, end = self.span(span, what)
+        if self.depth >= MAX_DEPTH:
+            raise self._fail(f"messages nested more than {MAX_DEPTH} deep (published models nest a few subgraphs)")
+        return _Reader(self.buf, start, end, f"{self.what} > {what}", self.depth + 1)
+
+    def raw(self, span: Any, what: str) -> bytes:
+        start, end = self.span(span, what)
+        return bytes(self.buf[start:end])
+
+    def text(self, span: Any, what: str = "string") -> str:
         try:
-            return bytes(self.buf[span[0]:span[1]]).decode("utf-8")
+            return self.raw(span, what).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise self._fail("string is not UTF-8") from e
+            raise self._fail(f"{what} is not UTF-8") from e
 
 
 def _signed64(v: int) -> int:
@@ -140,6 +166,8 @@ def _packed_varints(r: _Reader, wire: int, value, out: list[int]) -> None:
 def _packed_fixed(r: _Reader, wire: int, value, fmt: str, out: list) -> None:
     size = struct.calcsize(fmt)
     if wire in (1, 5):
+        if len(value) != size:
+            raise r._fail(f"a {size}-byte value sent with wire type {wire}")
         out.append(struct.unpack(fmt, value)[0])
     elif wire == 2:
         data = bytes(r.buf[value[0]:value[1]])
@@ -163,11 +191,11 @@ def _tensor(r: _Reader) -> tuple[str, np.ndarray]:
         if num == 1:
             _packed_varints(r, wire, v, dims)
         elif num == 2:
-            data_type = v
+            data_type = r.integer(v, "tensor data_type")
         elif num == 8:
-            name = r.text(v)
+            name = r.text(v, "tensor name")
         elif num == 9:
-            raw = bytes(r.buf[v[0]:v[1]])
+            raw = r.raw(v, "tensor raw_data")
         elif num in (5, 7, 11):          # int32_data (also int8/uint8/int16/bool/float16 bits), int64_data, uint64_data
             _packed_varints(r, wire, v, ints)
         elif num == 4:
@@ -175,7 +203,7 @@ def _tensor(r: _Reader) -> tuple[str, np.ndarray]:
         elif num == 10:
             _packed_fixed(r, wire, v, "<d", doubles)
         elif num == 14:
-            external = v == 1
+            external = r.integer(v, "tensor data_location") == 1
         elif num in (3, 6, 13):
             raise r._fail(f"tensor {name or '?'}: segments, strings and external data are not supported")
     label = f"tensor {name!r}"
@@ -186,7 +214,10 @@ def _tensor(r: _Reader) -> tuple[str, np.ndarray]:
     if any(d < 0 for d in dims):
         raise r._fail(f"{label} has a negative dimension {dims}")
     dtype = _DTYPES[data_type]
-    count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    count = math.prod(dims)              # exact: numpy's int64 product wraps ([2**32, 2**32] would be 0)
+    if count > r.end - r.start:          # every element takes a byte at least, raw or as a varint
+        raise r._fail(f"{label}: shape {dims} has {count} elements, more than the {r.end - r.start} bytes of the "
+                      f"tensor's message")
     if raw is not None:
         if len(raw) != count * dtype.itemsize:
             raise r._fail(f"{label}: raw_data holds {len(raw)} bytes, shape {dims} of {dtype} needs "
@@ -202,7 +233,10 @@ def _tensor(r: _Reader) -> tuple[str, np.ndarray]:
             arr = np.array([v & ((1 << 64) - 1) for v in values], dtype=np.uint64).astype(dtype)
         else:
             arr = np.array(values).astype(dtype) if values else np.zeros(0, dtype)
-    return name, arr.reshape(dims)
+    try:
+        return name, arr.reshape(dims)
+    except ValueError as e:              # e.g. a dimension of 0 beside one numpy cannot index
+        raise r._fail(f"{label}: cannot take shape {dims} ({e})") from None
 
 
 def _attribute(r: _Reader) -> tuple[str, Any]:
@@ -215,13 +249,15 @@ def _attribute(r: _Reader) -> tuple[str, Any]:
     graphs: list[Graph] = []
     for num, wire, v in r.fields():
         if num == 1:
-            name = r.text(v)
+            name = r.text(v, "attribute name")
         elif num == 2:
+            if wire != 5:
+                raise r._fail(f"attribute {name!r}: float with wire type {wire}, expected 5")
             scalar[2] = struct.unpack("<f", v)[0]
         elif num == 3:
-            scalar[3] = _signed64(v)
+            scalar[3] = _signed64(r.integer(v, f"attribute {name!r} int"))
         elif num == 4:
-            scalar[4] = bytes(r.buf[v[0]:v[1]])
+            scalar[4] = r.raw(v, f"attribute {name!r} string")
         elif num == 5:
             scalar[5] = _tensor(r.sub(v, "attribute tensor"))[1]
         elif num == 6:
@@ -231,7 +267,7 @@ def _attribute(r: _Reader) -> tuple[str, Any]:
         elif num == 8:
             _packed_varints(r, wire, v, ints)
         elif num == 9:
-            strings.append(r.text(v))
+            strings.append(r.text(v, f"attribute {name!r} strings"))
         elif num == 10:
             tensors.append(_tensor(r.sub(v, "attribute tensor"))[1])
         elif num == 11:
@@ -250,15 +286,15 @@ def _node(r: _Reader) -> Node:
     node = Node("", "", [], [], {})
     for num, _, v in r.fields():
         if num == 1:
-            node.inputs.append(r.text(v))
+            node.inputs.append(r.text(v, "node input"))
         elif num == 2:
-            node.outputs.append(r.text(v))
+            node.outputs.append(r.text(v, "node output"))
         elif num == 3:
-            node.name = r.text(v)
+            node.name = r.text(v, "node name")
         elif num == 4:
-            node.op_type = r.text(v)
+            node.op_type = r.text(v, "node op_type")
         elif num == 7:
-            node.domain = r.text(v)
+            node.domain = r.text(v, "node domain")
         elif num == 5:
             key, value = _attribute(r.sub(v, "attribute"))
             node.attributes[key] = value
@@ -270,7 +306,7 @@ def _node(r: _Reader) -> Node:
 def _value_info_name(r: _Reader) -> str:
     for num, _, v in r.fields():
         if num == 1:
-            return r.text(v)
+            return r.text(v, "value name")
     return ""
 
 
@@ -280,7 +316,7 @@ def _graph(r: _Reader) -> Graph:
         if num == 1:
             g.nodes.append(_node(r.sub(v, f"node {len(g.nodes)}")))
         elif num == 2:
-            g.name = r.text(v)
+            g.name = r.text(v, "graph name")
         elif num == 5:
             name, arr = _tensor(r.sub(v, f"initializer {len(g.initializers)}"))
             if name in g.initializers:
@@ -313,19 +349,21 @@ def parse_model(data: bytes | bytearray | memoryview, what: str = "ONNX model") 
             graph = _graph(r.sub(v, "graph"))
         elif num == 8 and wire == 2:
             domain, version = "", 0
-            for n2, _, v2 in r.sub(v, "opset_import").fields():
+            sub = r.sub(v, "opset_import")
+            for n2, _, v2 in sub.fields():
                 if n2 == 1:
-                    domain = r.text(v2)
+                    domain = sub.text(v2, "opset domain")
                 elif n2 == 2:
-                    version = v2
+                    version = sub.integer(v2, "opset version")
             opsets[domain] = version
         elif num == 14 and wire == 2:
             key = value = ""
-            for n2, _, v2 in r.sub(v, "metadata_props").fields():
+            sub = r.sub(v, "metadata_props")
+            for n2, _, v2 in sub.fields():
                 if n2 == 1:
-                    key = r.text(v2)
+                    key = sub.text(v2, "metadata key")
                 elif n2 == 2:
-                    value = r.text(v2)
+                    value = sub.text(v2, "metadata value")
             metadata[key] = value
     if graph is None or ir_version == 0 or not opsets:
         raise OnnxFormatError(f"{what}: not an ONNX model (no graph, IR version or opset; truncated or a different "

@@ -17,7 +17,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ..common.checkpoint import load_json
+from ..common.checkpoint import load_json, read_text_bounded, tokenizer_errors
 
 
 
@@ -58,7 +58,7 @@ class TextTokenizer:
                 raise FileNotFoundError(f"CosyVoice text tokenizer: {f} not found")
         vocab = load_json(vocab_path, "CosyVoice text tokenizer")
         try:
-            lines = merges_path.read_text(encoding="utf-8").splitlines()
+            lines = read_text_bounded(merges_path, "CosyVoice text tokenizer").splitlines()
             merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
         except (ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"CosyVoice text tokenizer: {vocab_path} / {merges_path} could not be read: {e}") from None
@@ -76,7 +76,9 @@ class TextTokenizer:
         table = dict(vocab)
         for idx, content in specials:
             table.setdefault(content, idx)
-        tok = Tokenizer(models.BPE(vocab=table, merges=merges, unk_token=None, byte_fallback=False))
+        with tokenizer_errors("CosyVoice text tokenizer", vocab_path, merges_path,
+                              expected="a Qwen2 BPE vocabulary and its merges"):
+            tok = Tokenizer(models.BPE(vocab=table, merges=merges, unk_token=None, byte_fallback=False))
         tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),

@@ -18,6 +18,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...runtime.loading import CheckpointError
+from ..common.checkpoint import check_data_file
+
 _TRANSLATE = str.maketrans({";": ",", "“": '"', "”": '"', "‘": "'", "’": "'"})
 
 
@@ -49,12 +52,16 @@ def read_vocab(path: str | os.PathLike) -> dict[str, int]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"F5-TTS: vocabulary not found: {path}")
+    check_data_file(path, "F5-TTS")
     vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8", newline="") as f:
-        for i, line in enumerate(f):
-            vocab[line[:-1]] = i
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            for i, line in enumerate(f):
+                vocab[line[:-1]] = i
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"F5-TTS: {path} is not UTF-8 text ({e}); expected one token per line") from None
     if not vocab:
-        raise ValueError(f"F5-TTS: {path} is empty; expected one token per line")
+        raise CheckpointError(f"F5-TTS: {path} is empty; expected one token per line")
     return vocab
 
 

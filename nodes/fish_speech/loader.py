@@ -149,6 +149,8 @@ def load_fish_speech(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     config, sizes = read_config(folder / "config.json", s2)
     try:
         tokenizer = HFTokenizer.from_folder(folder) if s2 else FishTokenizer.from_folder(folder)
+    except CheckpointError:
+        raise                                   # already names the file
     except ValueError as e:
         raise CheckpointError(f"Fish Speech: {e}") from None
     names = "tokenizer.json" if s2 else "special_tokens.json"

@@ -20,7 +20,8 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ..common.checkpoint import load_json
+from ...runtime.loading import CheckpointError
+from ..common.checkpoint import load_json, load_tokenizer, read_text_bounded
 
 WHITE_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
                         "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
@@ -119,7 +120,7 @@ def byte_pair_encode(piece: bytes, ranks: dict[bytes, int]) -> list[int]:
 def read_ranks(path: Path) -> dict[bytes, int]:
     """`<base64 token> <rank>` lines (upstream's loader: blank lines and the "=" empty token skipped)."""
     ranks: dict[bytes, int] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text_bounded(path, "Fish Speech").splitlines(), 1):
         if not line:
             continue
         try:
@@ -128,7 +129,12 @@ def read_ranks(path: Path) -> dict[bytes, int]:
                 continue
             ranks[base64.b64decode(token, validate=True)] = int(rank)
         except ValueError:
-            raise ValueError(f"{path}: line {n} is not '<base64 token> <rank>': {line[:60]!r}") from None
+            raise CheckpointError(f"{path}: line {n} is not '<base64 token> <rank>': {line[:60]!r}") from None
+    # Byte-level BPE falls back to single bytes: without all 256 a text would fail mid-request (a KeyError).
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise CheckpointError(f"{path}: {len(missing)} of the 256 single-byte tokens are missing (e.g. byte "
+                              f"{missing[0]}); expected a byte-level BPE listing every byte")
     return ranks
 
 
@@ -154,8 +160,11 @@ class FishTokenizer:
         path = folder / "special_tokens.json"
         data = load_json(path, "Fish Speech", (dict, list))
         if not all(isinstance(t, str) for t in data):
-            raise ValueError(f"{path}: expected a JSON object or list of special-token strings")
-        return cls(ranks, list(data))
+            raise CheckpointError(f"{path}: expected a JSON object or list of special-token strings")
+        try:
+            return cls(ranks, list(data))
+        except ValueError as e:
+            raise CheckpointError(f"{path}: {e}") from None
 
     def token_id(self, token: str) -> int:
         return self.special[token]
@@ -200,14 +209,12 @@ class HFTokenizer:
 
     @classmethod
     def from_folder(cls, folder: Path) -> HFTokenizer:
-        from tokenizers import Tokenizer       # imported on first use: only S2 folders need it
         path = folder / "tokenizer.json"
+        tokenizer = load_tokenizer(path, "Fish Speech")   # tokenizers is imported on first use: S2 folders only
         try:
-            return cls(Tokenizer.from_file(str(path)))
+            return cls(tokenizer)
         except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
-        except Exception as e:                 # the library's own errors (bad JSON, unknown model)
-            raise ValueError(f"{path} is not a tokenizers tokenizer.json: {e}") from None
+            raise CheckpointError(f"{path}: {e}") from None
 
     def token_id(self, token: str) -> int:
         return self.special[token]

@@ -14,12 +14,18 @@ readings (1001-2999); currency, times, measurements, ordinals, decimals and frac
 """
 from __future__ import annotations
 
+import io
 import json
 import re
+import string
 import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
+from ...runtime.loading import CheckpointError
+from ..common.checkpoint import check_data_file
+
+ENGINE = "GPT-SoVITS"
 CMU_FILES = ("cmudict.rep", "cmudict-fast.rep", "engdict-hot.rep")
 # Upstream escapes these keys before joining them into one pattern: the first two are literal strings (a
 # ";" alone is not turned into ","; the character filter below drops it).
@@ -50,21 +56,36 @@ def read_lexicon(folder: Path) -> dict[str, list[str]]:
         raise FileNotFoundError(f"GPT-SoVITS English needs upstream's lexicon files {missing} (GPT_SoVITS/text/ of a "
                                 f"GPT-SoVITS checkout)")
     lexicon: dict[str, list[str]] = {}
-    with open(paths[0], encoding="utf-8", errors="replace") as f:
-        for index, line in enumerate(f, start=1):
-            if index >= 57:
-                parts = line.strip().split("  ")
-                if len(parts) >= 2:
-                    lexicon[parts[0].lower()] = parts[1].split(" ")
+    for index, line in enumerate(_lexicon_lines(paths[0]), start=1):
+        if index >= 57:
+            parts = line.strip().split("  ")
+            if len(parts) >= 2:
+                lexicon[parts[0].lower()] = parts[1].split(" ")
     for path, override in ((paths[1], False), (paths[2], True)):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.strip().split(" ")
-                if parts and parts[0] and (override or parts[0].lower() not in lexicon):
-                    lexicon[parts[0].lower()] = parts[1:]
+        for line in _lexicon_lines(path):
+            parts = line.strip().split(" ")
+            if parts and parts[0] and (override or parts[0].lower() not in lexicon):
+                lexicon[parts[0].lower()] = parts[1:]
     for word in REMOVED_ABBREVIATIONS:
         lexicon.pop(word, None)
+    # Unknown words are spelled letter by letter from the lexicon's own letter entries (a KeyError mid-request
+    # without them).
+    letters = [c for c in string.ascii_lowercase if not lexicon.get(c)]
+    if letters:
+        raise CheckpointError(f"{ENGINE}: {paths[0]} has no pronunciation for the letters {', '.join(letters[:8])}; "
+                              f"expected upstream's CMU dictionary (entries from line 57, single letters included)")
     return lexicon
+
+
+def _lexicon_lines(path: Path) -> io.StringIO:
+    """A lexicon file's lines. A stray undecodable byte becomes U+FFFD, as it did (it costs one word), but a
+    file that is mostly not UTF-8 is a corrupt download, not a lexicon."""
+    text = check_data_file(path, ENGINE).read_bytes().decode("utf-8", errors="replace")
+    bad = text.count("\ufffd")
+    if bad > 16 + len(text) // 1000:
+        raise CheckpointError(f"{ENGINE}: {path} is not UTF-8 text ({bad} undecodable bytes); expected upstream's "
+                              f"'WORD  PH PH' lexicon lines")
+    return io.StringIO(text, newline=None)
 
 
 def _below_thousand(n: int) -> str:

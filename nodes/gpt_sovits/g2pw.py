@@ -15,6 +15,7 @@ chinese-roberta `tokenizers.Tokenizer` upstream's AutoTokenizer wraps.
 from __future__ import annotations
 
 import ast
+import io
 import logging
 import re
 from pathlib import Path
@@ -26,7 +27,7 @@ from pypinyin import Style, pinyin
 from tokenizers import Tokenizer
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import ModelFolderError, load_json
+from ..common.checkpoint import ModelFolderError, load_json, read_text_bounded
 from ..common.onnx_graph import OnnxModule
 from ..common.onnx_reader import read_model
 from .zh_chars import traditional_to_simplified
@@ -83,9 +84,10 @@ def read_config(path: Path) -> dict[str, Any]:
     executing the file: only assignments of literal values."""
     if not path.is_file():
         raise ModelFolderError(f"G2PW: {path} not found (upstream's G2PWModel folder holds it)")
+    text = read_text_bounded(path, "G2PW")
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:   # RecursionError: a hostile deep nesting
         raise CheckpointError(f"G2PW: {path} is not a readable Python config ({type(e).__name__}: {e})") from None
     fields: dict[str, Any] = {}
     for stmt in tree.body:
@@ -110,7 +112,7 @@ def _char_table(path: Path) -> list[tuple[str, str]]:
     if not path.is_file():
         raise ModelFolderError(f"G2PW: {path} not found (upstream's G2PWModel folder holds it)")
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").strip().split("\n"), start=1):
+    for number, line in enumerate(read_text_bounded(path, "G2PW").strip().split("\n"), start=1):
         parts = line.split("\t")
         if len(parts) != 2:
             raise CheckpointError(f"G2PW: {path} line {number}: expected 'character<TAB>phoneme', got {line!r}")
@@ -383,7 +385,7 @@ def read_polyphonic(text_dir: Path) -> dict[str, list[str]]:
         if path is None:
             raise ModelFolderError(f"G2PW: {text_dir / 'g2pw' / name} not found (upstream's GPT_SoVITS/text/g2pw/ "
                                    f"file)")
-        with open(path, encoding="utf-8") as f:
+        with io.StringIO(read_text_bounded(path, "G2PW")) as f:   # size-bounded, names the file if not UTF-8
             for number, line in enumerate(f, start=1):
                 parts = line.split(":")
                 try:

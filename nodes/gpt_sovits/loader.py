@@ -35,7 +35,8 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
-from ..common.checkpoint import ModelFolderError, load_pickle, load_pickle_with_records, read_json, state_dict
+from ..common.checkpoint import (ModelFolderError, load_pickle, load_pickle_with_records, load_tokenizer, read_json,
+                                 state_dict)
 from ..common.dac import fold_weight_norm
 from .bert import BertConfig, BertFeatures
 from ..common.hubert import Hubert, HubertConfig
@@ -213,7 +214,7 @@ def load_bert(folder: Path, dtype: torch.dtype) -> tuple[BertFeatures, Tokenizer
              if not k.startswith(("cls.", "bert.pooler.") + unused) and k != "bert.embeddings.position_ids"}
     model = load_module_from_state(lambda: BertFeatures(cfg), state, dtype, source=path,
                                    config=SizeSource(folder / "config.json", data)).eval()
-    return model, Tokenizer.from_file(str(folder / "tokenizer.json"))
+    return model, load_tokenizer(folder / "tokenizer.json", ENGINE)
 
 
 def speaker_sizes(state: dict[str, Tensor], path: Path) -> dict:

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import make_cache
+from ..common.checkpoint import load_tokenizer
 from ..common.decode import autoregress
 from ..common.sampling import repetition_penalty, select
 from ..qwen3_tts.model import DecoderStack, LMConfig
@@ -157,8 +158,7 @@ class EmotionTokenizer:
     """tokenizer.json of the emotion model (byte-level BPE with Qwen's special tokens) via `tokenizers`."""
 
     def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-        self.tok = Tokenizer.from_file(str(path))
+        self.tok = load_tokenizer(path, "IndexTTS 2 emotion model")
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids

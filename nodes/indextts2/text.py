@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ...runtime.loading import CheckpointError
+from ..common.checkpoint import check_data_file
+
 CONTRACTION = re.compile(r"(what|where|who|which|how|t?here|it|s?he|that|this)'s", re.IGNORECASE)
 CHAR_MAP = {
     "：": ",", "；": ",", ";": ",", "，": ",", "。": ".", "！": "!", "？": "?", "\n": " ", "·": "-", "、": ",",
@@ -42,8 +45,14 @@ class TextTokenizer:
 
     def __init__(self, path: str | Path) -> None:
         import sentencepiece
-        self.path = Path(path)
-        self.sp = sentencepiece.SentencePieceProcessor(model_file=str(self.path))
+        self.path = check_data_file(path, "IndexTTS 2")
+        try:
+            self.sp = sentencepiece.SentencePieceProcessor()
+            self.sp.LoadFromSerializedProto(self.path.read_bytes())   # (model_proto=b"" would load nothing)
+        except (RuntimeError, OSError) as e:   # "could not parse ModelProto", "unk is not defined" (an empty file)
+            detail = " ".join(str(e).split())[:200]
+            raise CheckpointError(f"IndexTTS 2: {self.path} is not a sentencepiece model ({detail}); expected "
+                                  f"upstream's bpe.model") from None
 
     @property
     def vocab_size(self) -> int:

@@ -19,6 +19,8 @@ import re
 import unicodedata
 from pathlib import Path
 
+from ..common.checkpoint import load_tokenizer
+
 NONVERBAL = re.compile(r"\[(laughter|sigh|confirmation-en|question-en|question-ah|question-oh|question-ei|question-yi|"
                        r"surprise-ah|surprise-oh|surprise-wa|surprise-yo|dissatisfaction-hnn)\]")
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -31,17 +33,14 @@ class TextTokenizer:
 
     def __init__(self, folder: str | Path) -> None:
         try:
-            from tokenizers import Tokenizer
+            import tokenizers  # noqa: F401 - only to say what to install
         except ImportError:
             raise ImportError("OmniVoice needs the `tokenizers` package for its text tokenizer "
                               "(pip install tokenizers; ComfyUI already ships it)") from None
         path = Path(folder) / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"OmniVoice text tokenizer: {path} not found")
-        try:
-            self.tok = Tokenizer.from_file(str(path))
-        except Exception as e:  # tokenizers raises its own exception type for malformed files
-            raise ValueError(f"OmniVoice text tokenizer: {path} is not a tokenizers JSON file ({e})") from None
+        self.tok = load_tokenizer(path, "OmniVoice text tokenizer")
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids

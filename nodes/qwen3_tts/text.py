@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..common.checkpoint import load_json
+from ..common.checkpoint import load_json, load_tokenizer, read_text_bounded, tokenizer_errors
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -37,7 +37,7 @@ class TextTokenizer:
         folder = Path(folder)
         full = folder / "tokenizer.json"
         if full.is_file():
-            self.tok = Tokenizer.from_file(str(full))
+            self.tok = load_tokenizer(full, "Qwen3-TTS text tokenizer")
             return
         vocab, merges = folder / "vocab.json", folder / "merges.txt"
         for f in (vocab, merges):
@@ -55,14 +55,16 @@ class TextTokenizer:
                 raise ValueError(f"Qwen3-TTS text tokenizer: {config} is not a valid tokenizer config: {e}") from None
         try:
             table = load_json(vocab, "Qwen3-TTS text tokenizer")
-            lines = merges.read_text(encoding="utf-8").splitlines()
+            lines = read_text_bounded(merges, "Qwen3-TTS text tokenizer").splitlines()
             pairs = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
             # Added tokens keep the ids tokenizer_config.json gives them, gaps included.
             for idx, content, _ in special:
                 table.setdefault(content, idx)
-            bpe = models.BPE(vocab=table, merges=pairs, unk_token=None, byte_fallback=False)
         except (ValueError, TypeError, AttributeError) as e:
             raise ValueError(f"Qwen3-TTS text tokenizer: {vocab} / {merges} could not be read: {e}") from None
+        with tokenizer_errors("Qwen3-TTS text tokenizer", vocab, merges,
+                              expected="a Qwen2 BPE vocabulary and its merges"):
+            bpe = models.BPE(vocab=table, merges=pairs, unk_token=None, byte_fallback=False)
         tok = Tokenizer(bpe)
         tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([

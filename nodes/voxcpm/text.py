@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..common.checkpoint import load_json
+from ..common.checkpoint import load_json, load_tokenizer
 
 
 # The 30 languages VoxCPM 2 was trained on (upstream's README). The model reads the language from the
@@ -30,9 +30,9 @@ class TextTokenizer:
     ideographs (its "▁" word marks removed) becomes one token per character."""
 
     def __init__(self, path: str | Path) -> None:
-        from tokenizers import Tokenizer, pre_tokenizers   # imported on first use: only BPE engines need it
+        from tokenizers import pre_tokenizers   # imported on first use: only BPE engines need it
         self.path = Path(path)
-        self.tokenizer = Tokenizer.from_file(str(self.path))
+        self.tokenizer = load_tokenizer(self.path, "VoxCPM text tokenizer")
         settings = self.path.with_name("tokenizer_config.json")
         settings = load_json(settings, "VoxCPM text tokenizer") if settings.is_file() else {}
         scheme = ("never" if settings.get("add_prefix_space") is False

@@ -43,11 +43,16 @@ def test_symbols_equal_upstream(lexicon, text):
 
 def test_lexicon_files_are_read_as_upstream_reads_them(tmp_path):
     header = "".join("WRONG  W R AO1 NG\n" for _ in range(56))        # lines 1-56 are skipped
-    (tmp_path / "cmudict.rep").write_text(header + "WORLD  W ER1 L D\nDAY  D EY1\nAE  EY1 IY1\n")
+    letters = "".join(f"{c}  EH1 K S\n" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ")   # spelling needs every letter
+    (tmp_path / "cmudict.rep").write_text(header + "WORLD  W ER1 L D\nDAY  D EY1\nAE  EY1 IY1\n" + letters)
     (tmp_path / "cmudict-fast.rep").write_text("WORLD W ER1 L D Z\nFOO F UW1\n")   # only words the first lacks
     (tmp_path / "engdict-hot.rep").write_text("DAY D EY2\n")                       # overrides
     lex = english.read_lexicon(tmp_path)
-    assert lex == {"world": ["W", "ER1", "L", "D"], "day": ["D", "EY2"], "foo": ["F", "UW1"]}   # "ae" removed
+    words = {k: v for k, v in lex.items() if len(k) > 1}
+    assert words == {"world": ["W", "ER1", "L", "D"], "day": ["D", "EY2"], "foo": ["F", "UW1"]}   # "ae" removed
+    (tmp_path / "cmudict.rep").write_text(header + "WORLD  W ER1 L D\n" + letters.replace("Q  EH1 K S\n", ""))
+    with pytest.raises(ValueError, match=r"cmudict\.rep has no pronunciation for the letters q"):
+        english.read_lexicon(tmp_path)
     with pytest.raises(FileNotFoundError, match="engdict-hot.rep"):
         (tmp_path / "engdict-hot.rep").unlink()
         english.read_lexicon(tmp_path)
