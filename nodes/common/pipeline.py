@@ -5,7 +5,7 @@
 
 Per request: the inputs are checked against the engine's declared `Capabilities` (language, voice,
 speed, reference audio and transcript, instruction, engine options) before any model runs; the
-reference audio is checked once (rate, finite samples, integer PCM scaled, length) and resampled the
+reference audio is checked once (rate, finite samples, integer PCM scaled, length, level: silence refused, past full scale scaled to peak 1) and resampled the
 way the engine's upstream does; the text is split at sentence boundaries within the engine's limit;
 chunk i runs with seed + i (the request's generator re-seeded), ComfyUI's progress and interrupt per
 chunk, inside one runtime request (one `meta`); the chunks are concatenated. After the request the
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ...runtime.oom import is_oom
-from .audio import check_rate, check_samples, resample, to_mono
+from .audio import check_level, check_rate, check_samples, resample, to_mono
 from .engine import Capabilities, Chunk, Engine, Reference
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def reference_audio(audio: Any, caps: Capabilities) -> Reference:
     if not isinstance(wav, torch.Tensor):
         raise ValueError(f"reference_audio: expected a waveform tensor, got {type(wav).__name__}")
     rate = check_rate(rate, "reference_audio sample_rate")
-    wav = check_samples(to_mono(wav.detach().cpu()), rate, caps.reference_seconds)
+    wav = check_level(check_samples(to_mono(wav.detach().cpu()), rate, caps.reference_seconds))
     if caps.reference_rate is not None and caps.reference_rate != rate:
         wav, rate = resample(wav, rate, caps.reference_rate, caps.resampler), caps.reference_rate
     return Reference(wav, rate)

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.audio import check_rate, check_samples, resample, to_mono
+from ..common.audio import check_level, check_rate, check_samples, resample, to_mono
 from ..common.decode import frames_estimate
 from ..common.engine import Capabilities, Chunk, Engine
 from ..common.w2v_bert import seamless_features
@@ -204,7 +204,7 @@ class IndexTTS2Engine(Engine):
         if not isinstance(ref, dict) or "waveform" not in ref or "sample_rate" not in ref:
             raise ValueError(f"{what}: expected an AUDIO dict with 'waveform' and 'sample_rate'")
         rate = check_rate(ref["sample_rate"], f"{what} sample_rate")
-        wav = check_samples(to_mono(ref["waveform"], what), rate, (0.5, 600.0), what)
+        wav = check_level(check_samples(to_mono(ref["waveform"], what), rate, (0.5, 600.0), what), what)
         return resample(wav, rate, 16000, "soxr_hq")[: int(MAX_REFERENCE_SECONDS * 16000)]
 
     def text_emotion(self, ctx: RequestContext, chunk: Chunk) -> dict[str, float] | None:
