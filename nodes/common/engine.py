@@ -22,6 +22,7 @@ audio however much was streamed or retried.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -33,6 +34,7 @@ from ...runtime import ModelHandle, ModelManager, RequestContext
 from .text import split_sentences
 
 Need = Literal["none", "optional", "required"]
+TRANSCRIPT_CHARS_PER_SECOND = 40    # twice fast speech: the most a reference of n seconds can say
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,12 @@ class Capabilities:
     reference_seconds: tuple[float, float] = (0.5, 60.0)  # accepted reference length
     reference_rate: int | None = None           # rate the reference is resampled to before the engine sees it
     resampler: str = "soxr_hq"                  # how (audio.resample): what the engine's upstream uses
+
+    @property
+    def max_transcript_chars(self) -> int:
+        """The longest reference_text: what the longest accepted reference can say (at least a chunk).
+        Every chunk reads the whole transcript, so it is bounded as a chunk of text is, not as the text."""
+        return max(self.max_chunk_chars, math.ceil(self.reference_seconds[1] * TRANSCRIPT_CHARS_PER_SECOND))
 
     def __post_init__(self) -> None:
         for name in ("cloning", "transcript"):

@@ -145,6 +145,10 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type
                          "leave it empty")
     if req.reference is not None and caps.transcript == "required" and not (req.reference_text or "").strip():
         raise ValueError("reference_text: this model needs the transcript of the reference audio")
+    if req.reference_text and len(req.reference_text) > caps.max_transcript_chars:
+        raise ValueError(f"reference_text: {len(req.reference_text)} characters; expected at most "
+                         f"{caps.max_transcript_chars} (what a reference of at most {caps.reference_seconds[1]:g} s "
+                         "says) for this model")
     unknown = sorted(set(req.options) - set(options))
     if unknown:
         raise ValueError(f"options: {unknown} are not options of this model; expected some of {sorted(options)}")
