@@ -103,6 +103,18 @@ def check_level(wav: Tensor, what: str = "reference_audio") -> Tensor:
     return wav
 
 
+def check_audio(audio: object, seconds: tuple[float, float], what: str) -> object:
+    """A ComfyUI AUDIO dict holding finite, audible samples within `seconds`; returns `audio` as given."""
+    if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
+        raise ValueError(f"{what}: expected ComfyUI AUDIO {{'waveform': [B, C, T], 'sample_rate': int}}, got "
+                         f"{type(audio).__name__}")
+    if not isinstance(audio["waveform"], torch.Tensor):
+        raise ValueError(f"{what}: expected a waveform tensor, got {type(audio['waveform']).__name__}")
+    rate = check_rate(audio["sample_rate"], f"{what} sample_rate")
+    check_level(check_samples(to_mono(audio["waveform"].detach().cpu(), what), rate, seconds, what), what)
+    return audio
+
+
 def resample(wav: Tensor, orig: int, target: int, method: str = "soxr_hq") -> Tensor:
     """Mono float32 [T] from `orig` Hz to `target` Hz with `method` (see the module docstring)."""
     orig, target = check_rate(orig, "sample rate"), check_rate(target, "target sample rate")

@@ -4,8 +4,9 @@
     wav, meta = speak(model, SpeakRequest(text="Hello.", seed=0), progress=bar)
 
 Per request: the inputs are checked against the engine's declared `Capabilities` (language, voice,
-speed, reference audio and transcript, instruction, engine options) before any model runs; the
-reference audio is checked once (rate, finite samples, integer PCM scaled, length, level: silence refused, past full scale scaled to peak 1) and resampled the
+speed, reference audio and transcript, instruction) and engine options against their declared
+`Option` ranges before any model runs; the reference audio is checked once (rate, finite samples,
+integer PCM scaled, length, level: silence refused, past full scale scaled to peak 1) and resampled the
 way the engine's upstream does; the text is split at sentence boundaries within the engine's limit;
 chunk i runs with seed + i (the request's generator re-seeded), ComfyUI's progress and interrupt per
 chunk, inside one runtime request (one `meta`); the chunks are concatenated. After the request the
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from ...runtime.oom import is_oom
 from .audio import check_level, check_rate, check_samples, resample, to_mono
-from .engine import Capabilities, Chunk, Engine, Reference
+from .engine import Capabilities, Chunk, Engine, Option, Reference
 
 if TYPE_CHECKING:
     from .pack_runtime import PackRuntime
@@ -101,8 +102,9 @@ def _check_unicode(name: str, value: object) -> None:
                          "surrogate); expected text that can be encoded as UTF-8") from None
 
 
-def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type]) -> None:
-    """Every input against the engine's declaration; the first problem is a ValueError naming the input."""
+def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, Option]) -> dict[str, Any]:
+    """Every input against the engine's declaration; the first problem is a ValueError naming the input.
+    Returns the checked engine options (see `check_options`)."""
     if not isinstance(req.text, str):
         raise ValueError(f"text: expected a string, got {type(req.text).__name__}")
     if not req.text.strip():
@@ -149,12 +151,18 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type
         raise ValueError(f"reference_text: {len(req.reference_text)} characters; expected at most "
                          f"{caps.max_transcript_chars} (what a reference of at most {caps.reference_seconds[1]:g} s "
                          "says) for this model")
-    unknown = sorted(set(req.options) - set(options))
+    return check_options(options, req.options)
+
+
+def check_options(declared: dict[str, Option], given: object) -> dict[str, Any]:
+    """Engine options against their declaration -> the values the engine receives (None: the default)."""
+    if not isinstance(given, dict):
+        raise ValueError(f"options: expected a dict of engine options, got {type(given).__name__}")
+    unknown = sorted(str(k) for k in set(given) - set(declared))
     if unknown:
-        raise ValueError(f"options: {unknown} are not options of this model; expected some of {sorted(options)}")
-    for name, value in req.options.items():
-        if not isinstance(value, options[name]):
-            raise ValueError(f"options: {name} expected {options[name].__name__}, got {value!r}")
+        raise ValueError(f"options: {unknown} are not options of this model; expected some of {sorted(declared)}")
+    return {name: declared[name].check(f"options: {name}", value) for name, value in given.items()
+            if value is not None}
 
 
 def reference_audio(audio: Any, caps: Capabilities) -> Reference:
@@ -206,7 +214,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                cancel: threading.Event | None = None) -> tuple[Tensor, dict[str, Any]]:
     """The pipeline on an engine already loaded (no service: tests, benchmarks); see `speak`."""
     caps = engine.capabilities
-    check_request(caps, req, engine.options)
+    options = check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
     texts = engine.split_text(req.text)
     if not texts:
@@ -220,7 +228,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
             chunk = Chunk(text=text, seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
                           language=req.language, voice=req.voice or None, reference=reference,
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
-                          speed=float(req.speed), options=dict(req.options), cache=cache,
+                          speed=float(req.speed), options=dict(options), cache=cache,
                           progress=_within(progress, i, len(texts)))
             ctx.generator.manual_seed(chunk.seed)
             wav = ctx.call(engine, chunk, lambda: engine.speak_chunk(ctx, chunk))
