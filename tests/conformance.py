@@ -6,6 +6,7 @@ valid request in the engine's main mode. The test fails for an engine that has n
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,3 +19,13 @@ class Case:
     request: SpeakRequest
     unit_bytes: int = 16 << 10     # tiny layers: units this small, so every engine has something to stream
     instruction: str = "Speak slowly and softly."   # one the engine accepts (OmniVoice: voice-design items only)
+
+
+def conformance_case(engine_id: str, root: Path) -> Case:
+    """The Case of `tests/<engine_id>/tiny.py`, its tiny model written under `root`."""
+    path = Path(__file__).resolve().parent / engine_id / "tiny.py"
+    assert path.is_file(), f"{engine_id}: registered engines need {path} with conformance_case(root)"
+    spec = importlib.util.spec_from_file_location(f"conformance_{engine_id}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.conformance_case(root)
