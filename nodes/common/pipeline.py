@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 MAX_SEED = 0xFFFFFFFFFFFFFFFF     # the Speak node's range (ComfyUI seeds are unsigned 64-bit)
 SEED_MODULUS = 1 << 63            # torch generators take signed 64-bit seeds
 MAX_TEXT = 200_000                # characters; longer text is almost certainly a mistake (hours of audio)
+MAX_INSTRUCTION = 1000            # characters; every chunk reads the whole instruction (styles are a sentence or two)
 
 
 class LoadedModel:
@@ -136,6 +137,9 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, Opti
         raise ValueError(f"voice: this model needs a voice name; expected one of {', '.join(caps.voices)}")
     if req.instruction and not caps.instruction:
         raise ValueError("instruction: this model takes no instruction; leave it empty")
+    if req.instruction and len(req.instruction) > MAX_INSTRUCTION:
+        raise ValueError(f"instruction: {len(req.instruction)} characters; expected at most {MAX_INSTRUCTION} "
+                         "(a description of the voice or style)")
     if req.reference is not None and caps.cloning == "none":
         raise ValueError("reference_audio: this model cannot clone a voice; leave it unconnected or use an "
                          "engine that supports reference audio")

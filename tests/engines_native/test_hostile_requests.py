@@ -6,7 +6,8 @@
 - a silent or NaN reference is a ValueError naming reference_audio before any work; a reference of
   amplitude 1e30 is scaled to full scale (what the engine sees equals the reference at peak 1.0) and
   gives finite audio;
-- a 100 000-character reference_text is refused naming reference_text;
+- a 100 000-character reference_text is refused naming reference_text, a 140 000-character instruction
+  naming instruction (every chunk reads them whole);
 - after all of it, a clean request equals the first clean run.
 """
 from __future__ import annotations
@@ -154,6 +155,12 @@ def test_a_huge_transcript_is_refused_naming_reference_text(idle):
     for text in ("x" * 100_000, "word " * (limit // 5 + 1)):
         with pytest.raises(ValueError, match="reference_text"):
             synthesize(engine, dataclasses.replace(request, reference_text=text))
+
+
+def test_a_huge_instruction_is_refused_naming_instruction(idle):
+    engine, case = idle
+    with pytest.raises(ValueError, match="instruction"):
+        synthesize(engine, dataclasses.replace(case.request, instruction="softly " * 20_000))
 
 
 def test_a_huge_reference_is_scaled_to_full_scale_and_the_next_clean_run_is_exact(engine_case):
