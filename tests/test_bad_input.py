@@ -73,7 +73,7 @@ def test_bad_reference_audio_is_refused_before_any_model_runs(ref, match):
 
 
 def test_a_coprime_rate_costs_bounded_memory_and_integer_pcm_equals_float():
-    ref = reference_audio(audio(torch.zeros(1, 1, 22051), 44101), Capabilities(24000, reference_rate=24000,
+    ref = reference_audio(audio(torch.full((1, 1, 22051), 0.1), 44101), Capabilities(24000, reference_rate=24000,
                                                                               resampler="torchaudio_sinc"))
     assert ref.sample_rate == 24000 and abs(ref.wav.numel() - 22051 * 24000 / 44101) <= 1
     pcm = torch.randint(-32768, 32767, (1, 1, 16000), dtype=torch.int16, generator=torch.Generator().manual_seed(0))

@@ -15,6 +15,14 @@ Resamplers (exact reimplementations, so a reference gives the same codes as upst
   torchaudio itself would allocate); past MAX_SINC_KERNEL_BYTES such rates are resampled with soxr HQ
   instead (bounded memory, not torchaudio's exact numbers; common rates are never affected).
 Rates outside [MIN_RATE, MAX_RATE] are refused before anything is allocated.
+
+Level (`check_level`): a reference whose peak is below SILENT_PEAK (-80 dBFS) holds no voice and is
+refused (upstreams divide by its RMS or peak and produce NaN). One louder than full scale is scaled to
+a peak of 1.0: every upstream reads references with soundfile / librosa / torchaudio, which give
+[-1, 1] for integer files; a float signal far past that is mis-scaled (e.g. PCM values as floats) and
+overflows float32 features (1e30: NaN mel, IndexErrors in token lookups). GPT-SoVITS itself divides a
+reference peaking above 1 by min(2, peak) and CosyVoice's web UI rescales loud prompts; references
+within full scale are never touched, so upstream parity holds for every ordinary input.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 MIN_RATE, MAX_RATE = 4000, 384000
+SILENT_PEAK = 1e-4                 # -80 dBFS: digital silence or a dither floor, no voice to clone
 MAX_SINC_KERNEL_BYTES = 64 << 20   # larger exact sinc kernels (odd, coprime rates) fall back to soxr HQ
 RESAMPLERS = ("soxr_hq", "torchaudio_sinc", "torchaudio_functional")
 
@@ -82,6 +91,30 @@ def check_samples(wav: Tensor, rate: int, seconds: tuple[float, float] = (0.0, m
     if not lo <= length <= hi:
         raise ValueError(f"{what}: {length:.2f} s long; expected {lo:g} to {hi:g} s for this model")
     return wav
+
+
+def check_level(wav: Tensor, what: str = "reference_audio") -> Tensor:
+    """Finite `wav` with a voice's level: refused when silent, scaled to peak 1.0 past full scale."""
+    peak = float(wav.abs().max()) if wav.numel() else 0.0
+    if peak < SILENT_PEAK:
+        level = f"{20 * math.log10(peak):.1f} dBFS" if peak > 0 else "all zeros"
+        raise ValueError(f"{what}: silent (peak {level}); expected speech to clone, peaking above "
+                         f"{20 * math.log10(SILENT_PEAK):.0f} dBFS")
+    if peak > 1.0:
+        wav = (wav.double() / peak).float()    # in float64: a peak near float32's limit scales exactly
+    return wav
+
+
+def check_audio(audio: object, seconds: tuple[float, float], what: str) -> object:
+    """A ComfyUI AUDIO dict holding finite, audible samples within `seconds`; returns `audio` as given."""
+    if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
+        raise ValueError(f"{what}: expected ComfyUI AUDIO {{'waveform': [B, C, T], 'sample_rate': int}}, got "
+                         f"{type(audio).__name__}")
+    if not isinstance(audio["waveform"], torch.Tensor):
+        raise ValueError(f"{what}: expected a waveform tensor, got {type(audio['waveform']).__name__}")
+    rate = check_rate(audio["sample_rate"], f"{what} sample_rate")
+    check_level(check_samples(to_mono(audio["waveform"].detach().cpu(), what), rate, seconds, what), what)
+    return audio
 
 
 def resample(wav: Tensor, orig: int, target: int, method: str = "soxr_hq") -> Tensor:

@@ -22,6 +22,8 @@ audio however much was streamed or retried.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -30,9 +32,100 @@ import torch
 from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
+from .audio import check_audio
 from .text import split_sentences
 
 Need = Literal["none", "optional", "required"]
+TRANSCRIPT_CHARS_PER_SECOND = 40    # twice fast speech: the most a reference of n seconds can say
+OPTION_KINDS = (int, float, bool, str, dict)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:          # a lone surrogate: no tokenizer can read it
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Option:
+    """One engine option (`Engine.options` maps names to these): its kind, upstream's default and the
+    range the pipeline checks before any model work. Every number has a finite range (a request must not
+    ask for unbounded work; NaN and infinities are refused), text a length or choices, and `dict` is
+    reference-like audio (ComfyUI AUDIO) whose length in seconds is [low, high].
+
+        options = {"steps": Option(int, 32, 1, 256), "temperature": Option(float, 0.8, 0, 2, low_open=True),
+                   "method": Option(str, "euler", choices=("euler", "midpoint"))}
+    """
+
+    kind: type
+    default: Any = None                 # None: not set (the engine's own behaviour, e.g. an estimate)
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False              # (low, ...: low itself refused
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+    max_chars: int = 2000               # free text (str without choices)
+
+    def __post_init__(self) -> None:
+        if self.kind not in OPTION_KINDS:
+            raise ValueError(f"Option.kind: expected one of {[k.__name__ for k in OPTION_KINDS]}, got {self.kind!r}")
+        if self.kind in (int, float, dict):
+            if self.low is None or self.high is None or not math.isfinite(self.low) \
+                    or not math.isfinite(self.high) or not self.low < self.high:
+                raise ValueError(f"Option: a {self.kind.__name__} option needs a finite range low < high, got "
+                                 f"{self.low}..{self.high}")
+        if self.default is not None and self.kind is not dict:
+            self.check("default", self.default)
+
+    def describe(self) -> str:
+        """What the option accepts, for error messages and documentation."""
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is str:
+            return f"one of {list(self.choices)}" if self.choices else \
+                f"Unicode text of at most {self.max_chars} characters"
+        lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        if self.kind is dict:
+            return f"reference audio (ComfyUI AUDIO) of {self.low:g} to {self.high:g} s"
+        what = "an integer" if self.kind is int else "a finite number"
+        return f"{what} in {lo}{self.low:g}, {self.high:g}{hi}"
+
+    def check(self, name: str, value: object) -> Any:
+        """`value` as the engine receives it (ints accepted for floats), or a ValueError naming `name`."""
+        def refuse() -> ValueError:
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else f"{shown[:60]}... ({len(value)} characters)" \
+                if isinstance(value, str) else f"{shown[:60]}..."
+            return ValueError(f"{name}: expected {self.describe()}, got {shown}")
+
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise refuse()
+            return value
+        if self.kind is str:
+            if not isinstance(value, str) or (self.choices and value not in self.choices) \
+                    or len(value) > self.max_chars or not value.isprintable() and not _encodable(value):
+                raise refuse()
+            return value
+        if self.kind is dict:
+            return check_audio(value, (self.low, self.high), name)
+        if self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise refuse()
+            number: float = int(value)
+        else:
+            try:
+                number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+            except OverflowError:           # an integer past float's range
+                number = math.nan
+            if not math.isfinite(number):
+                raise refuse()
+        if number < self.low or number > self.high or (self.low_open and number == self.low) \
+                or (self.high_open and number == self.high):
+            raise refuse()
+        return number
 
 
 @dataclass(frozen=True)
@@ -51,6 +144,12 @@ class Capabilities:
     reference_seconds: tuple[float, float] = (0.5, 60.0)  # accepted reference length
     reference_rate: int | None = None           # rate the reference is resampled to before the engine sees it
     resampler: str = "soxr_hq"                  # how (audio.resample): what the engine's upstream uses
+
+    @property
+    def max_transcript_chars(self) -> int:
+        """The longest reference_text: what the longest accepted reference can say (at least a chunk).
+        Every chunk reads the whole transcript, so it is bounded as a chunk of text is, not as the text."""
+        return max(self.max_chunk_chars, math.ceil(self.reference_seconds[1] * TRANSCRIPT_CHARS_PER_SECOND))
 
     def __post_init__(self) -> None:
         for name in ("cloning", "transcript"):
@@ -102,7 +201,7 @@ class Engine:
     engine_id: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     PHASED: ClassVar[bool] = True
-    options: ClassVar[dict[str, type]] = {}     # engine-specific options a caller may pass
+    options: ClassVar[dict[str, Option]] = {}   # engine-specific options a caller may pass
     # The KV cache layout of the upstream implementation (what compute.kv_cache = auto uses): where the
     # layouts round differently, the default must be the upstream-exact one.
     UPSTREAM_KV_CACHE: ClassVar[str] = "dynamic"
@@ -122,6 +221,10 @@ class Engine:
     @property
     def device(self) -> torch.device:
         return self.handles[0].device
+
+    def option(self, chunk: Chunk, name: str) -> Any:
+        """The checked option `name` of this chunk, else its declared default."""
+        return chunk.options.get(name, self.options[name].default)
 
     def split_text(self, text: str) -> list[str]:
         """The chunks read one per request step (sentence boundaries within `max_chunk_chars`)."""

@@ -4,8 +4,9 @@
     wav, meta = speak(model, SpeakRequest(text="Hello.", seed=0), progress=bar)
 
 Per request: the inputs are checked against the engine's declared `Capabilities` (language, voice,
-speed, reference audio and transcript, instruction, engine options) before any model runs; the
-reference audio is checked once (rate, finite samples, integer PCM scaled, length) and resampled the
+speed, reference audio and transcript, instruction) and engine options against their declared
+`Option` ranges before any model runs; the reference audio is checked once (rate, finite samples,
+integer PCM scaled, length, level: silence refused, past full scale scaled to peak 1) and resampled the
 way the engine's upstream does; the text is split at sentence boundaries within the engine's limit;
 chunk i runs with seed + i (the request's generator re-seeded), ComfyUI's progress and interrupt per
 chunk, inside one runtime request (one `meta`); the chunks are concatenated. After the request the
@@ -26,8 +27,8 @@ import torch
 from torch import Tensor
 
 from ...runtime.oom import is_oom
-from .audio import check_rate, check_samples, resample, to_mono
-from .engine import Capabilities, Chunk, Engine, Reference
+from .audio import check_level, check_rate, check_samples, resample, to_mono
+from .engine import Capabilities, Chunk, Engine, Option, Reference
 
 log = logging.getLogger("mizuoto")
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 MAX_SEED = 0xFFFFFFFFFFFFFFFF     # the Speak node's range (ComfyUI seeds are unsigned 64-bit)
 SEED_MODULUS = 1 << 63            # torch generators take signed 64-bit seeds
 MAX_TEXT = 200_000                # characters; longer text is almost certainly a mistake (hours of audio)
+MAX_INSTRUCTION = 1000            # characters; every chunk reads the whole instruction (styles are a sentence or two)
 
 
 class LoadedModel:
@@ -104,8 +106,9 @@ def _check_unicode(name: str, value: object) -> None:
                          "surrogate); expected text that can be encoded as UTF-8") from None
 
 
-def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type]) -> None:
-    """Every input against the engine's declaration; the first problem is a ValueError naming the input."""
+def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, Option]) -> dict[str, Any]:
+    """Every input against the engine's declaration; the first problem is a ValueError naming the input.
+    Returns the checked engine options (see `check_options`)."""
     if not isinstance(req.text, str):
         raise ValueError(f"text: expected a string, got {type(req.text).__name__}")
     if not req.text.strip():
@@ -137,6 +140,9 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type
         raise ValueError(f"voice: this model needs a voice name; expected one of {', '.join(caps.voices)}")
     if req.instruction and not caps.instruction:
         raise ValueError("instruction: this model takes no instruction; leave it empty")
+    if req.instruction and len(req.instruction) > MAX_INSTRUCTION:
+        raise ValueError(f"instruction: {len(req.instruction)} characters; expected at most {MAX_INSTRUCTION} "
+                         "(a description of the voice or style)")
     if req.reference is not None and caps.cloning == "none":
         raise ValueError("reference_audio: this model cannot clone a voice; leave it unconnected or use an "
                          "engine that supports reference audio")
@@ -148,12 +154,22 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, type
                          "leave it empty")
     if req.reference is not None and caps.transcript == "required" and not (req.reference_text or "").strip():
         raise ValueError("reference_text: this model needs the transcript of the reference audio")
-    unknown = sorted(set(req.options) - set(options))
+    if req.reference_text and len(req.reference_text) > caps.max_transcript_chars:
+        raise ValueError(f"reference_text: {len(req.reference_text)} characters; expected at most "
+                         f"{caps.max_transcript_chars} (what a reference of at most {caps.reference_seconds[1]:g} s "
+                         "says) for this model")
+    return check_options(options, req.options)
+
+
+def check_options(declared: dict[str, Option], given: object) -> dict[str, Any]:
+    """Engine options against their declaration -> the values the engine receives (None: the default)."""
+    if not isinstance(given, dict):
+        raise ValueError(f"options: expected a dict of engine options, got {type(given).__name__}")
+    unknown = sorted(str(k) for k in set(given) - set(declared))
     if unknown:
-        raise ValueError(f"options: {unknown} are not options of this model; expected some of {sorted(options)}")
-    for name, value in req.options.items():
-        if not isinstance(value, options[name]):
-            raise ValueError(f"options: {name} expected {options[name].__name__}, got {value!r}")
+        raise ValueError(f"options: {unknown} are not options of this model; expected some of {sorted(declared)}")
+    return {name: declared[name].check(f"options: {name}", value) for name, value in given.items()
+            if value is not None}
 
 
 def reference_audio(audio: Any, caps: Capabilities) -> Reference:
@@ -170,7 +186,7 @@ def reference_audio(audio: Any, caps: Capabilities) -> Reference:
     if not isinstance(wav, torch.Tensor):
         raise ValueError(f"reference_audio: expected a waveform tensor, got {type(wav).__name__}")
     rate = check_rate(rate, "reference_audio sample_rate")
-    wav = check_samples(to_mono(wav.detach().cpu()), rate, caps.reference_seconds)
+    wav = check_level(check_samples(to_mono(wav.detach().cpu()), rate, caps.reference_seconds))
     if caps.reference_rate is not None and caps.reference_rate != rate:
         wav, rate = resample(wav, rate, caps.reference_rate, caps.resampler), caps.reference_rate
     return Reference(wav, rate)
@@ -205,7 +221,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                cancel: threading.Event | None = None) -> tuple[Tensor, dict[str, Any]]:
     """The pipeline on an engine already loaded (no service: tests, benchmarks); see `speak`."""
     caps = engine.capabilities
-    check_request(caps, req, engine.options)
+    options = check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
     texts = engine.split_text(req.text)
     if not texts:
@@ -222,7 +238,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
             chunk = Chunk(text=text, seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
                           language=req.language, voice=req.voice or None, reference=reference,
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
-                          speed=float(req.speed), options=dict(req.options), cache=cache,
+                          speed=float(req.speed), options=dict(options), cache=cache,
                           progress=_within(progress, i, len(texts)))
             ctx.generator.manual_seed(chunk.seed)
             wav = ctx.call(engine, chunk, lambda: engine.speak_chunk(ctx, chunk))

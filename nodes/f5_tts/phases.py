@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.fallbacks import tiled_1d
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Option
 from .loader import F5Bundle
 from .sample import FlowSettings, sample, total_frames
 from .text import reference_prompt
@@ -58,7 +58,12 @@ class F5TTSEngine(Engine):
         reference_seconds=(0.5, 15.0),      # upstream clips references to ~12 s of speech
         reference_rate=24000, resampler="torchaudio_sinc")
     PHASED = True
-    options = {"steps": int, "cfg_strength": float, "sway_sampling_coef": float, "method": str}
+    # upstream's defaults (FlowSettings); sway_sampling_coef in [-1, 1], the paper's range (past it the
+    # time grid leaves [0, 1] and is no longer monotonic)
+    options = {"steps": Option(int, FlowSettings.steps, 1, 256),
+               "cfg_strength": Option(float, FlowSettings.cfg_strength, 0.0, 20.0),
+               "sway_sampling_coef": Option(float, FlowSettings.sway_sampling_coef, -1.0, 1.0),
+               "method": Option(str, FlowSettings.method, choices=("euler", "midpoint"))}
 
     def __init__(self, bundle: F5Bundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:
@@ -118,9 +123,7 @@ class F5TTSEngine(Engine):
         return prompt
 
     def settings(self, chunk: Chunk) -> FlowSettings:
-        o = chunk.options
-        return FlowSettings(steps=int(o.get("steps", 32)), cfg_strength=float(o.get("cfg_strength", 2.0)),
-                            sway_sampling_coef=o.get("sway_sampling_coef", -1.0), method=str(o.get("method", "euler")))
+        return FlowSettings(**{name: self.option(chunk, name) for name in self.options})
 
     def flow(self, ctx: RequestContext, mel: Tensor, ids: Tensor, duration: int, settings: FlowSettings,
              progress: Callable[[int, int], None] | None = None) -> Tensor:

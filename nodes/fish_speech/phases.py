@@ -25,7 +25,7 @@ from torch import Tensor
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
 from ..common.decode import frames_estimate
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Option
 from ..common.transformer import kv_position_bytes
 from .generate import S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
 from .loader import FishBundle
@@ -42,8 +42,14 @@ class FishSpeechEngine(Engine):
     capabilities = Capabilities(sample_rate=44100, languages=LANGUAGES, cloning="optional", transcript="required",
                                 max_chunk_chars=300, reference_seconds=(0.5, 60.0), reference_rate=44100,
                                 resampler="torchaudio_sinc")
-    options: ClassVar[dict[str, type]] = {"temperature": float, "top_p": float, "repetition_penalty": float,
-                                          "max_new_tokens": int, "do_sample": bool}
+    # upstream's defaults and ranges (generate.Sampling.validate); max_new_tokens to twice the largest
+    # context (8192) at most: the model stops at its own context anyway
+    options: ClassVar[dict[str, Option]] = {
+        "temperature": Option(float, Sampling.temperature, 0.0, 2.0, low_open=True, high_open=True),
+        "top_p": Option(float, Sampling.top_p, 0.0, 1.0, low_open=True),
+        "repetition_penalty": Option(float, Sampling.repetition_penalty, 0.0, 2.0, low_open=True, high_open=True),
+        "max_new_tokens": Option(int, Sampling.max_new_tokens, 2, 16384),
+        "do_sample": Option(bool, Sampling.do_sample)}
 
     def __init__(self, bundle: FishBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:
@@ -142,7 +148,11 @@ class FishS2Engine(FishSpeechEngine):
     """Fish Audio S2-Pro: the same modules and phases; S2's chat prompt and constrained top-k sampling with
     Repetition Aware Sampling (generate.py). Speaker tags `<|speaker:N|>` and inline `[tag]` instructions
     are text to the model."""
-    options: ClassVar[dict[str, type]] = {"temperature": float, "top_p": float, "top_k": int,
-                                          "max_new_tokens": int, "do_sample": bool}
+    options: ClassVar[dict[str, Option]] = {
+        "temperature": Option(float, S2Sampling.temperature, 0.0, 2.0, low_open=True, high_open=True),
+        "top_p": Option(float, S2Sampling.top_p, 0.0, 1.0, low_open=True),
+        "top_k": Option(int, S2Sampling.top_k, 1, 1 << 20),     # past the vocabulary: no filter, no more work
+        "max_new_tokens": Option(int, S2Sampling.max_new_tokens, 2, 16384),
+        "do_sample": Option(bool, S2Sampling.do_sample)}
     sampling = S2Sampling
     prompt_builder = staticmethod(build_chat_prompt)

@@ -34,8 +34,7 @@ from torch import Tensor
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import make_cache, peak_bytes
 from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine
-from ..common.sampling import check_sampling
+from ..common.engine import Capabilities, Chunk, Engine, Option
 from . import chinese, english, frontend
 from .g2pw import G2PW, read_polyphonic
 from .loader import BERT_DIR, GPTSoVITS
@@ -58,7 +57,12 @@ class GPTSoVITSEngine(Engine):
         max_chunk_chars=200, reference_seconds=(3.0, 10.0),   # upstream refuses references outside 3-10 s
         reference_rate=SAMPLE_RATE, resampler="torchaudio_sinc")
     PHASED = True
-    options = {"top_k": int, "top_p": float, "temperature": float, "repetition_penalty": float}
+    # upstream's defaults (T2SSampling); ranges a little past its web UI's sliders (top_k 1-100, top_p and
+    # temperature 0-1, repetition_penalty 0-2): top_k past the vocabulary filters nothing, costs nothing
+    options = {"top_k": Option(int, T2SSampling.top_k, 1, 1 << 20),
+               "top_p": Option(float, T2SSampling.top_p, 0.0, 1.0, low_open=True),
+               "temperature": Option(float, T2SSampling.temperature, 0.0, 2.0, low_open=True),
+               "repetition_penalty": Option(float, T2SSampling.repetition_penalty, 0.0, 10.0, low_open=True)}
 
     def __init__(self, bundle: GPTSoVITS, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None, lexicon: dict | None = None) -> None:
@@ -231,16 +235,7 @@ class GPTSoVITSEngine(Engine):
         return prompt
 
     def sampling(self, chunk: Chunk) -> T2SSampling:
-        o = chunk.options
-        s = T2SSampling(top_k=int(o.get("top_k", 15)), top_p=float(o.get("top_p", 1.0)),
-                        temperature=float(o.get("temperature", 1.0)),
-                        repetition_penalty=float(o.get("repetition_penalty", 1.35)))
-        check_sampling(s.temperature, s.top_k, s.top_p)
-        if s.top_k < 1:
-            raise ValueError("top_k: GPT-SoVITS samples from at least one token (top_k >= 1)")
-        if not s.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty: expected > 0, got {s.repetition_penalty}")
-        return s
+        return T2SSampling(**{name: self.option(chunk, name) for name in self.options})   # checked: options
 
     def chunk_text(self, chunk: Chunk) -> str:
         """TextPreprocessor.pre_seg_text for one segment: a leading "." for a short first segment, a final "."."""

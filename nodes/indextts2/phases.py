@@ -37,9 +37,9 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.audio import check_rate, check_samples, resample, to_mono
+from ..common.audio import check_level, check_rate, check_samples, resample, to_mono
 from ..common.decode import frames_estimate
-from ..common.engine import Capabilities, Chunk, Engine, Reference
+from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
 from ..common.w2v_bert import seamless_features
 from ..common.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
@@ -61,10 +61,21 @@ class IndexTTS2Engine(Engine):
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto", "en", "zh"), cloning="required",
                                 max_chunk_chars=200, reference_seconds=(0.5, 60.0))   # kept at its rate: see conditioning
     PHASED = True
-    options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "emotion_reference": dict,
-               "emotion_text": str,
-               "num_beams": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
-               "max_mel_tokens": int, "diffusion_steps": int, "cfg_rate": float}
+    # upstream's defaults (generate.Sampling, infer_v2); ranges about its web UI's sliders (emotion weights
+    # 0-1, beams 1-10 (2 at least here: beam sampling), temperature 0.1-2, top_k 0-100, repetition penalty
+    # 0.1-20, max_mel_tokens up to the checkpoints' 1815), widened where a larger value costs no more work
+    options = {**{name: Option(float, None, 0.0, 2.0) for name in EMOTIONS},
+               "emotion_alpha": Option(float, 1.0, 0.0, 1.0),
+               "emotion_reference": Option(dict, None, 0.5, 600.0),     # seconds; upstream keeps the first 15
+               "emotion_text": Option(str, None, max_chars=2000),
+               "num_beams": Option(int, Sampling.num_beams, 2, 10),
+               "temperature": Option(float, Sampling.temperature, 0.0, 2.0, low_open=True),
+               "top_p": Option(float, Sampling.top_p, 0.0, 1.0, low_open=True),
+               "top_k": Option(int, Sampling.top_k, 0, 1 << 20),
+               "repetition_penalty": Option(float, Sampling.repetition_penalty, 0.0, 20.0, low_open=True),
+               "max_mel_tokens": Option(int, Sampling.max_mel_tokens, 1, 1815),
+               "diffusion_steps": Option(int, 25, 1, 200),
+               "cfg_rate": Option(float, 0.7, 0.0, 10.0)}
 
     def __init__(self, bundle: IndexTTS2Bundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:
@@ -185,7 +196,7 @@ class IndexTTS2Engine(Engine):
                 return {"latents": latents.cpu(), "emovec": emovec}
 
         emo16 = None if weights is not None else self.emotion_reference(chunk)
-        alpha = float(chunk.options.get("emotion_alpha", 1.0))
+        alpha = float(self.option(chunk, "emotion_alpha"))
         if emo16 is None:       # the speaker is its own emotion reference, alpha 1 (upstream)
             emo16, alpha = resample(original, reference.sample_rate, 16000, "soxr_hq")[: int(MAX_REFERENCE_SECONDS * 16000)], 1.0
         seconds = max(wav22.numel() / SAMPLE_RATE, emo16.numel() / 16000)
@@ -207,7 +218,7 @@ class IndexTTS2Engine(Engine):
         if not isinstance(ref, dict) or "waveform" not in ref or "sample_rate" not in ref:
             raise ValueError(f"{what}: expected an AUDIO dict with 'waveform' and 'sample_rate'")
         rate = check_rate(ref["sample_rate"], f"{what} sample_rate")
-        wav = check_samples(to_mono(ref["waveform"], what), rate, (0.5, 600.0), what)
+        wav = check_level(check_samples(to_mono(ref["waveform"], what), rate, (0.5, 600.0), what), what)
         return resample(wav, rate, 16000, "soxr_hq")[: int(MAX_REFERENCE_SECONDS * 16000)]
 
     def text_emotion(self, ctx: RequestContext, chunk: Chunk) -> dict[str, float] | None:
@@ -252,7 +263,7 @@ class IndexTTS2Engine(Engine):
         vec = [given.get(k, 0.0) for k in EMOTIONS]
         if any(not math.isfinite(v) or v < 0 for v in vec):
             raise ValueError(f"IndexTTS 2: emotion weights must be finite and >= 0, got {given}")
-        scale = max(0.0, min(1.0, float(chunk.options.get("emotion_alpha", 1.0))))
+        scale = float(self.option(chunk, "emotion_alpha"))
         if scale != 1.0:
             vec = [int(x * scale * 10000) / 10000 for x in vec]
         return torch.tensor(vec)
@@ -268,16 +279,8 @@ class IndexTTS2Engine(Engine):
         return mat + (1 - torch.sum(weights)) * emovec
 
     def sampling(self, chunk: Chunk) -> Sampling:
-        o = chunk.options
-        s = Sampling(num_beams=int(o.get("num_beams", 3)), temperature=float(o.get("temperature", 0.8)),
-                     top_p=float(o.get("top_p", 0.8)), top_k=int(o.get("top_k", 30)),
-                     repetition_penalty=float(o.get("repetition_penalty", 10.0)),
-                     max_mel_tokens=int(o.get("max_mel_tokens", 1500)))
-        if s.num_beams < 2 or s.temperature <= 0 or not 0 < s.top_p <= 1 or s.top_k < 0 or s.max_mel_tokens < 1 \
-                or s.repetition_penalty <= 0:
-            raise ValueError(f"IndexTTS 2: invalid sampling options {dict(o)} (num_beams >= 2, temperature > 0, "
-                             f"0 < top_p <= 1, top_k >= 0, repetition_penalty > 0, max_mel_tokens >= 1)")
-        return s
+        names = ("num_beams", "temperature", "top_p", "top_k", "repetition_penalty", "max_mel_tokens")
+        return Sampling(**{name: self.option(chunk, name) for name in names})    # checked: options
 
     def codes(self, ctx: RequestContext, cond: dict[str, Tensor], text: Tensor, s: Sampling,
               progress: Any) -> tuple[list[int], Tensor]:
@@ -310,10 +313,7 @@ class IndexTTS2Engine(Engine):
     def mel(self, ctx: RequestContext, cond: dict[str, Tensor], codes: list[int], latent: Tensor,
             chunk: Chunk) -> Tensor:
         b = self.bundle
-        steps = int(chunk.options.get("diffusion_steps", 25))
-        rate = float(chunk.options.get("cfg_rate", 0.7))
-        if steps < 1 or not 0 <= rate <= 10:
-            raise ValueError(f"IndexTTS 2: diffusion_steps must be >= 1 and cfg_rate in [0, 10], got {steps}, {rate}")
+        steps, rate = self.option(chunk, "diffusion_steps"), self.option(chunk, "cfg_rate")   # checked: options
         ref_frames = cond["ref_mel"].shape[2]
         target = int(len(codes) * CODE_TO_FRAMES)
         noise = torch.randn(1, b.s2mel.config.in_channels, ref_frames + target,

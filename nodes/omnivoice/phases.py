@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Option
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
 from .languages import LANGUAGE_IDS
 from .loader import OmniVoiceBundle
@@ -70,10 +70,20 @@ class OmniVoiceEngine(Engine):
                                 reference_seconds=(0.5, 30.0), reference_rate=SAMPLE_RATE,
                                 resampler="torchaudio_functional")
     PHASED = True
-    options: ClassVar[dict[str, type]] = {"num_step": int, "guidance_scale": float, "t_shift": float,
-                                          "layer_penalty_factor": float, "position_temperature": float,
-                                          "class_temperature": float, "denoise": bool, "duration": float,
-                                          "preprocess_prompt": bool, "postprocess_output": bool}
+    # upstream's defaults (generate.Sampling); ranges generous around them, every step and frame bounded:
+    # num_step to 8x the default, t_shift > 0 (0 collapses the schedule), duration (seconds of this chunk;
+    # None: estimated from the text) to 120 s, far past what a chunk of text can say
+    options: ClassVar[dict[str, Option]] = {
+        "num_step": Option(int, Sampling.num_step, 1, 256),
+        "guidance_scale": Option(float, Sampling.guidance_scale, 0.0, 20.0),
+        "t_shift": Option(float, Sampling.t_shift, 0.0, 10.0, low_open=True),
+        "layer_penalty_factor": Option(float, Sampling.layer_penalty_factor, 0.0, 100.0),
+        "position_temperature": Option(float, Sampling.position_temperature, 0.0, 100.0),
+        "class_temperature": Option(float, Sampling.class_temperature, 0.0, 10.0),
+        "denoise": Option(bool, Sampling.denoise),
+        "duration": Option(float, None, 0.0, 120.0, low_open=True),
+        "preprocess_prompt": Option(bool, True),
+        "postprocess_output": Option(bool, True)}
 
     def __init__(self, bundle: OmniVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:
@@ -231,8 +241,8 @@ class OmniVoiceEngine(Engine):
         """One chunk -> mono float32 [T] at 24 kHz; `on_step(step, tokens)` sees the tokens after each step."""
         options = dict(chunk.options)
         options.pop("duration", None)
-        preprocess = options.pop("preprocess_prompt", True)
-        postprocess_output = options.pop("postprocess_output", True)
+        preprocess = options.pop("preprocess_prompt", self.options["preprocess_prompt"].default)
+        postprocess_output = options.pop("postprocess_output", self.options["postprocess_output"].default)
         sampling = Sampling.merged(**options)
         voice = self.voice_prompt(ctx, chunk, preprocess)
         if voice is None and chunk.index > 0:

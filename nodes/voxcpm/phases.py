@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Option
 from ..common.transformer import kv_position_bytes
 from .generate import ATTENTION_BLOCK, Sampling, build_prompt, decode_latents, encode_audio, generate
 from .loader import VoxCPMBundle
@@ -58,8 +58,16 @@ class VoxCPMEngine(Engine):
                                 reference_rate=16000, resampler="soxr_hq")
     PHASED = True
     UPSTREAM_KV_CACHE = "static"    # upstream's StaticKVCache; the dynamic layout rounds otherwise in bf16
-    options = {"inference_timesteps": int, "cfg_value": float, "min_len": int, "max_len": int, "retry_badcase": bool,
-               "retry_badcase_max_times": int, "retry_badcase_ratio_threshold": float}   # Sampling's fields
+    # Sampling's fields, upstream's defaults; ranges: Sampling.validate's, frames to twice upstream's
+    # max_len, at most 10 retries of a whole chunk, a frame limit of at most 100 frames per text token
+    options = {"inference_timesteps": Option(int, Sampling.inference_timesteps, 1, 100),
+               "cfg_value": Option(float, Sampling.cfg_value, 0.1, 10.0),
+               "min_len": Option(int, Sampling.min_len, 0, 8192),
+               "max_len": Option(int, Sampling.max_len, 1, 8192),
+               "retry_badcase": Option(bool, Sampling.retry_badcase),
+               "retry_badcase_max_times": Option(int, Sampling.retry_badcase_max_times, 1, 10),
+               "retry_badcase_ratio_threshold": Option(float, Sampling.retry_badcase_ratio_threshold, 0.0, 100.0,
+                                                       low_open=True)}
 
     def __init__(self, bundle: VoxCPMBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None,

@@ -14,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,20 +23,12 @@ from mizuoto.nodes.common.registry import LoadRequest, discover
 from mizuoto.nodes.common.verify import FaultInjector
 from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, VramPolicy
 
-TESTS = Path(__file__).resolve().parents[1]
+from conformance import conformance_case
+
 ENGINES = {spec.engine_id: spec for spec in discover()}
 MB = 1 << 20
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def conformance_case(engine_id: str, root: Path):
-    path = TESTS / engine_id / "tiny.py"
-    assert path.is_file(), f"{engine_id}: registered engines need {path} with conformance_case(root)"
-    spec = importlib.util.spec_from_file_location(f"conformance_{engine_id}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.conformance_case(root)
 
 
 @pytest.fixture(scope="module", params=sorted(ENGINES))
