@@ -157,18 +157,19 @@ def versions() -> dict[str, str]:
 
 
 def verify(spec: EngineSpec, load: LoadRequest, request: SpeakRequest,
-           progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> Report:
+           progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
+           oom_points: str = "first, middle, last") -> Report:
     """The report for `request` on the model of `load` (loaded once, on the CPU, placed on a strict
-    simulated device whose size each run sets)."""
+    simulated device whose size each run sets). `oom_points` "middle": one injected OOM per phase."""
     say = progress or (lambda _: None)
     with tempfile.TemporaryDirectory(prefix="mizuoto-verify-") as tmp:
         devices = DeviceService(simulate={"cpu": 1 << 50}, strict=True)
         manager = ModelManager(devices, VramPolicy({}), calibration=Calibration(Path(tmp) / "calibration.json"))
         engine = spec.build(dataclasses.replace(load, device=torch.device("cpu")), manager)
-        return _runs(spec, load, engine, devices, request, say, cancel)
+        return _runs(spec, load, engine, devices, request, say, cancel, oom_points)
 
 
-def _runs(spec, load, engine, devices, request, say, cancel) -> Report:
+def _runs(spec, load, engine, devices, request, say, cancel, oom_points: str) -> Report:
     report = Report(spec.engine_id, load.model, versions=versions())
     memory = devices.memory("cpu")
     total = sum(h.size_bytes for h in engine.handles)
@@ -218,7 +219,7 @@ def _runs(spec, load, engine, devices, request, say, cancel) -> Report:
         run("count allocations", roomy, "low")
         phases = faults.points(start, faults.count)
         for phase, points in phases.items():
-            for k in points:
+            for k in (points if oom_points != "middle" else points[len(points) // 2:][:1]):
                 faults.fail = {faults.count + k}
                 result, wav = run(f"OOM in {phase} (allocation {k})", roomy, "low")
                 if wav is not None and result.oom_retries == 0:
