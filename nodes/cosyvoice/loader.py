@@ -179,10 +179,7 @@ def read_configs(folder: Path) -> tuple[int, LMConfig, FlowConfig, HiFTConfig, d
 def read_speakers(path: Path) -> dict[str, dict[str, torch.Tensor]]:
     if not path.is_file():
         return {}
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001
-        raise CheckpointError(f"CosyVoice: {path} could not be read as a weights-only file: {e}") from None
+    data = load_pickle(path)        # the project's weights-only loader: its errors name the file
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise CheckpointError(f"CosyVoice: {path} does not hold speaker -> feature dicts")
     return {str(k): v for k, v in data.items()}

@@ -182,3 +182,21 @@ def test_estimates_cover_measured_peaks(folder3):
     for phase, (measured, estimate) in peaks.items():
         print(f"{phase}: estimate {estimate / 2**20:.2f} MiB, measured {measured / 2**20:.2f} MiB")
         assert measured <= estimate, phase
+
+
+def test_a_spk2info_holding_code_is_refused_naming_the_file(tmp_path):
+    """spk2info.pt goes through the project's weights-only loader: a pickle of anything but tensors and
+    plain containers is an error naming the file, with no advice to lift weights_only."""
+    import fractions
+
+    from mizuoto.nodes.cosyvoice.loader import read_speakers
+    from mizuoto.runtime.loading import CheckpointError
+
+    path = tmp_path / "spk2info.pt"
+    torch.save({"s": {"embedding": fractions.Fraction(1, 3)}}, path)
+    with pytest.raises(CheckpointError, match="spk2info.pt") as e:
+        read_speakers(path)
+    assert "weights_only=False" not in str(e.value)
+    path.write_bytes(b"\x80\x04garbage")
+    with pytest.raises(CheckpointError, match="spk2info.pt: not"):
+        read_speakers(path)
