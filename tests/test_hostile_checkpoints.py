@@ -234,3 +234,18 @@ def test_a_spoilt_g2pw_file_is_an_error_naming_it(tmp_path):
         finally:
             path.write_bytes(data)
         assert str(path) in str(e.value), f"{path.name}: {type(e.value).__name__}: {str(e.value)[:300]}"
+
+
+def test_a_plain_python_pickle_is_named_as_such(tmp_path):
+    """A .ckpt written with pickle.dump rather than torch.save (seen with re-saved GPT-SoVITS files) says so,
+    instead of the weights-only unpickler's "Unsupported operand 149"."""
+    import pickle
+
+    from mizuoto.nodes.common.checkpoint import load_pickle
+
+    path = tmp_path / "voice-e15.ckpt"
+    path.write_bytes(pickle.dumps({"weight": {"w": [1.0, 2.0]}}, protocol=4))
+    with pytest.raises(CheckpointError, match=r"voice-e15.ckpt: a plain Python pickle \(pickle.dump\), not a torch.save"):
+        load_pickle(path)
+    torch.save({"w": torch.zeros(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    assert torch.equal(load_pickle(tmp_path / "legacy.pt")["w"], torch.zeros(2))   # torch's legacy format still loads

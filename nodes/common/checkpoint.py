@@ -50,8 +50,19 @@ _UNREADABLE = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSErr
                TypeError, AttributeError, struct.error, OverflowError, RecursionError)
 
 
+def _plain_pickle(path: Path) -> bool:
+    """pickle.dump's output: no torch zip archive, and a protocol-2+ pickle not preceded by torch's legacy
+    magic number (which torch.save's own legacy format starts with)."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    return not zipfile.is_zipfile(path) and len(head) == 2 and head[0] == 0x80 and head[1] >= 4
+
+
 def _unpickle_error(path: Path, e: BaseException, allowed: str) -> CheckpointError:
     """The CheckpointError for a pickle torch.load refused: names the file, says what is read."""
+    if isinstance(e, pickle.UnpicklingError) and _plain_pickle(path):
+        return CheckpointError(f"{path}: a plain Python pickle (pickle.dump), not a torch.save checkpoint; expected "
+                               "the file as upstream publishes it (torch.save writes a zip archive)")
     if isinstance(e, pickle.UnpicklingError):
         text = " ".join(str(e).split())
         detail = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
