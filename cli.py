@@ -18,7 +18,7 @@ def _settings(pairs: list[str]) -> dict[str, str]:
 
 
 # The pipeline's messages name the Speak node's inputs; on the command line they name the flags.
-_FLAGS = {"reference_audio": "--reference", "reference_text": "--reference-text", "instruction": "--instruction",
+_FLAGS = {"options": "--option", "reference_audio": "--reference", "reference_text": "--reference-text", "instruction": "--instruction",
           "voice": "--voice", "language": "--language", "speed": "--speed", "seed": "--seed"}
 _PHRASES = {"leave it unconnected": "leave it out", "leave it empty": "leave it out",
             "connect reference audio": "give --reference"}
@@ -125,9 +125,9 @@ _INTEGER_READS = {"PCM_S8": "int16", "PCM_U8": "int16", "PCM_16": "int16", "PCM_
 MAX_REFERENCE_FILE_SECONDS = 3600.0     # the engines take seconds to minutes; refuse hours before decoding
 
 
-def read_audio(path: str):
+def read_audio(path: str, flag: str = "--reference"):
     """A reference audio file (WAV in any PCM/float variant, FLAC, OGG, MP3, AIFF, ...) as
-    (samples [C, T], rate); a ValueError naming `--reference` for anything else."""
+    (samples [C, T], rate); a ValueError naming `flag` and the file for anything else."""
     import soundfile
     import torch
 
@@ -140,10 +140,10 @@ def read_audio(path: str):
             raise ValueError(f"{seconds:.0f} s long; expected at most {MAX_REFERENCE_FILE_SECONDS:.0f} s")
         data, rate = soundfile.read(path, dtype=_INTEGER_READS.get(info.subtype, "float32"), always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, OSError) as e:
-        raise ValueError(f"--reference {path}: cannot be read as audio ({e}); expected WAV, FLAC, OGG, MP3 "
+        raise ValueError(f"{flag} {path}: cannot be read as audio ({e}); expected WAV, FLAC, OGG, MP3 "
                          "or another format libsndfile reads") from None
     except ValueError as e:
-        raise ValueError(f"--reference {path}: {e}") from None
+        raise ValueError(f"{flag} {path}: {e}") from None
     return torch.from_numpy(data.T.copy()), rate
 
 
@@ -183,6 +183,30 @@ def model_folder(spec, model: str | None, download: bool):
 def _download_progress(done: int, total: int) -> None:
     print(f"\rdownloading: {done / MB:.0f} of {total / MB:.0f} MB", end="" if done < total else "\n",
           file=sys.stderr, flush=True)
+
+
+def _options(pairs: list[str]) -> dict:
+    """--option KEY=VALUE: a JSON number or true/false, an audio file (for audio options such as IndexTTS 2's
+    emotion_reference), else text; the pipeline checks each against the engine's declaration."""
+    import json
+    import os
+
+    out: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        if not isinstance(parsed, (int, float, bool)) or parsed is None:
+            parsed = value
+            if os.path.isfile(value):
+                wav, rate = read_audio(value, f"--option {key}")
+                parsed = {"waveform": wav[None], "sample_rate": rate}
+        out[key] = parsed
+    return out
 
 
 class UsageError(Exception):
@@ -228,10 +252,12 @@ def _request(args: argparse.Namespace):
         raise UsageError(str(e)) from None
     try:
         reference = read_audio(args.reference) if args.reference else None
+        options = _options(args.option)
     except ValueError as e:
         raise UsageError(str(e)) from None
     request = SpeakRequest(text=text, seed=args.seed, speed=args.speed, language=args.language, voice=args.voice,
-                           reference=reference, reference_text=args.reference_text, instruction=args.instruction)
+                           reference=reference, reference_text=args.reference_text, instruction=args.instruction,
+                           options=options)
     return spec, folder, registry.PRECISIONS[precision], settings, request
 
 
@@ -339,6 +365,9 @@ def _request_arguments(p: argparse.ArgumentParser, engines: list[str]) -> None:
     p.add_argument("--instruction", help="how to speak, where the model takes instructions")
     p.add_argument("--seed", type=int, default=0, help="noise seed; chunk i uses seed + i")
     p.add_argument("--speed", type=float, default=1.0, help="speaking rate, 0.25 to 4.0")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an engine option (sampling, steps, emotion weights, ...): a number, true/false, text, or "
+                        "an audio file; checked against the engine's declared range")
     p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
                    help="override a compute.* setting for this run")
 

@@ -175,3 +175,47 @@ def test_a_tiny_simulated_gpu_never_reports_negative_memory(tmp_path, capsys, ca
 
     text = "\n".join(r.getMessage() for r in caplog.records) + "\n".join(err)
     assert "0 MB available" in text and not re.search(r"-\d+ MB", text), text
+
+
+def test_engine_options_are_passed_and_checked_as_declared(tmp_path, capsys):
+    """--option KEY=VALUE reaches SpeakRequest.options typed (numbers, true/false, text, audio files) and the
+    pipeline's declared ranges check it; on the embedded voice (no options) every option is refused."""
+    import numpy as np
+    import soundfile
+
+    from mizuoto.cli import _options
+
+    audio = tmp_path / "emo.flac"
+    soundfile.write(audio, np.zeros(1600, dtype=np.int16), 16000, subtype="PCM_16")
+    parsed = _options(["steps=4", "cfg_strength=2.5", "do_sample=false", "method=midpoint",
+                       f"emotion_reference={audio}"])
+    assert parsed["steps"] == 4 and parsed["cfg_strength"] == 2.5 and parsed["do_sample"] is False
+    assert parsed["method"] == "midpoint" and parsed["emotion_reference"]["sample_rate"] == 16000
+    assert parsed["emotion_reference"]["waveform"].shape == (1, 1, 1600)
+    code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--option", "steps=4")
+    assert code == 2 and err == ["speak: --option: ['steps'] are not options of this model; expected some of []"], err
+    code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--option", "steps")
+    assert code == 2 and err == ["speak: --option expects KEY=VALUE, got 'steps'"], err
+    (tmp_path / "bad.wav").write_text("x")
+    code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--option",
+                                 f"emotion_reference={tmp_path / 'bad.wav'}")
+    assert code == 2 and err[0].startswith(f"speak: --option emotion_reference {tmp_path / 'bad.wav'}: cannot"), err
+
+
+def test_an_engine_option_out_of_its_range_names_the_flag(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("f5_tiny_cli", Path(__file__).parent / "f5_tts" / "tiny.py")
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    folder = tiny.write_tiny_checkpoint(tmp_path / "f5", seed=1)
+    import numpy as np
+    import soundfile
+
+    ref = tmp_path / "ref.wav"
+    soundfile.write(ref, (0.1 * np.sin(np.arange(12000) / 7)).astype(np.float32), 24000)
+    code, err = speak_in_process(capsys, "Hello.", "-o", str(tmp_path / "o.wav"), "--engine", "f5_tts",
+                                 "--model", str(folder), "--reference", str(ref), "--reference-text", "Some words.",
+                                 "--option", "steps=100000")
+    assert code == 2 and err[0].startswith("speak: --option: steps") and "256" in err[0], err
