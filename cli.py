@@ -175,8 +175,10 @@ def model_folder(spec, model: str | None, download: bool):
             folder = fetch(spec, model, _download_progress) if download else folders.resolve(spec.engine_id, model)
         except (folders.ModelNotFound, DownloadError) as e:
             raise ValueError(f"--model {model}: {e}{listing}") from None
-    if not spec.is_model_folder(folder):
-        raise ValueError(f"--model {folder}: not a complete {spec.display_name} model folder")
+    missing = spec.missing_files(folder)
+    if missing:
+        raise ValueError(f"--model {folder}: not a complete {spec.display_name} model folder; missing "
+                         f"{', '.join(missing)} (docs/models.md has each model's layout)")
     return folder
 
 

@@ -219,3 +219,20 @@ def test_an_engine_option_out_of_its_range_names_the_flag(tmp_path, capsys):
                                  "--model", str(folder), "--reference", str(ref), "--reference-text", "Some words.",
                                  "--option", "steps=100000")
     assert code == 2 and err[0].startswith("speak: --option: steps") and "256" in err[0], err
+
+
+def test_an_incomplete_model_folder_names_what_it_lacks(tmp_path, capsys):
+    """Every engine with model folders: an empty folder's error lists the files it needs; with them all
+    present but one, exactly that one."""
+    from mizuoto.nodes.common.registry import discover
+
+    for spec in discover():
+        if spec.embedded:
+            continue
+        folder = tmp_path / spec.engine_id
+        folder.mkdir()
+        missing = spec.missing_files(folder)
+        assert missing and not spec.is_model_folder(folder), spec.engine_id
+        code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--engine", spec.engine_id,
+                                     "--model", str(folder))
+        assert code == 2 and f"not a complete {spec.display_name} model folder; missing {missing[0]}" in err[0], err

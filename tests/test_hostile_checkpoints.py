@@ -3,6 +3,7 @@ naming the file and what was expected, at once, never a bare IndexError/KeyError
 library's bare Exception."""
 from __future__ import annotations
 
+import fnmatch
 import random
 import sys
 import time
@@ -249,3 +250,24 @@ def test_a_plain_python_pickle_is_named_as_such(tmp_path):
         load_pickle(path)
     torch.save({"w": torch.zeros(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
     assert torch.equal(load_pickle(tmp_path / "legacy.pt")["w"], torch.zeros(2))   # torch's legacy format still loads
+
+
+@pytest.mark.parametrize("engine_id", sorted(e for e in ENGINES if e != "hibari"))
+def test_a_missing_file_is_named_by_the_folder_check(tiny_folders, engine_id):
+    """The tiny folder is complete; each file whose removal makes it incomplete is named by
+    missing_files (what the loader node and the command line print), and nothing else is."""
+    spec, folder = ENGINES[engine_id], tiny_folders(engine_id).folder
+    assert spec.missing_files(folder) == [], engine_id
+    named = 0
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        hidden = path.with_name(path.name + ".away")
+        path.rename(hidden)
+        try:
+            missing = spec.missing_files(folder)
+        finally:
+            hidden.rename(path)
+        if missing:
+            named += 1
+            assert any(path.name in m or any(fnmatch.fnmatch(path.name, w) for w in m.split()) for m in missing), \
+                (engine_id, path.relative_to(folder), missing)
+    assert named >= 2, f"{engine_id}: the folder check needs almost none of the model's files"

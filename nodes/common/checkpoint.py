@@ -60,7 +60,7 @@ def _plain_pickle(path: Path) -> bool:
 
 def _unpickle_error(path: Path, e: BaseException, allowed: str) -> CheckpointError:
     """The CheckpointError for a pickle torch.load refused: names the file, says what is read."""
-    if isinstance(e, pickle.UnpicklingError) and _plain_pickle(path):
+    if isinstance(e, pickle.UnpicklingError) and "Unsupported operand" in str(e) and _plain_pickle(path):
         return CheckpointError(f"{path}: a plain Python pickle (pickle.dump), not a torch.save checkpoint; expected "
                                "the file as upstream publishes it (torch.save writes a zip archive)")
     if isinstance(e, pickle.UnpicklingError):

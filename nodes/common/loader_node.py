@@ -86,8 +86,10 @@ def load(spec: EngineSpec, model: str | None, precision: str, device: str,
             raise ValueError(f"model: expected a model name from models/TTS/{spec.engine_id}/, got {model!r}")
         model = current_name(spec, model)
         folder = model_folder(spec, model, progress)
-        if not spec.is_model_folder(folder):
-            raise ValueError(f"model: {folder} is not a complete {spec.display_name} model folder")
+        missing = spec.missing_files(folder)
+        if missing:
+            raise ValueError(f"model: {folder} is not a complete {spec.display_name} model folder; missing "
+                             f"{', '.join(missing)} (docs/models.md has each model's layout)")
     name = model if not spec.embedded else spec.display_name
     return LoadedModel(spec, LoadRequest(name, folder, PRECISIONS[precision], target), runtime)
 

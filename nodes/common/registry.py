@@ -5,7 +5,7 @@
     ENGINE = EngineSpec(
         engine_id="f5_tts", display_name="F5-TTS", loader_node="MizuotoLoadF5TTS",
         build=build_engine,                      # (LoadRequest, ModelManager) -> Engine
-        is_model_folder=is_model_folder,         # a complete local model folder?
+        missing_files=missing_files,             # what a local model folder lacks ([]: complete)
         models={"F5TTS_v1_Base": (Download("SWivid/F5-TTS", ("F5TTS_v1_Base/model_1250000.safetensors", ...)),
                                   Download("charactr/vocos-mel-24khz", into="vocos"))},
         precisions=("fp32", "bf16", "fp16"), license="weights CC-BY-NC-4.0")
@@ -72,7 +72,8 @@ class EngineSpec:
     display_name: str                                   # "Qwen3-TTS"
     loader_node: str                                    # node id, never renamed: "MizuotoLoadQwen3TTS"
     build: Callable[[LoadRequest, ModelManager], Engine]
-    is_model_folder: Callable[[Path], bool] | None = None   # None: the engine has no model folder (embedded)
+    # what a local folder lacks to be a complete model ([]: complete); None: no model folder (embedded)
+    missing_files: Callable[[Path], list[str]] | None = None
     models: dict[str, tuple[Download, ...]] = field(default_factory=dict)   # known upstream models
     # earlier names of known models -> today's: a saved workflow's widget value is kept like a node id
     renamed: dict[str, str] = field(default_factory=dict)
@@ -93,7 +94,10 @@ class EngineSpec:
 
     @property
     def embedded(self) -> bool:
-        return self.is_model_folder is None
+        return self.missing_files is None
+
+    def is_model_folder(self, folder: Path) -> bool:
+        return self.missing_files is not None and not self.missing_files(Path(folder))
 
     @property
     def loader_title(self) -> str:

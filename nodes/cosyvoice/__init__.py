@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..common.registry import Download, EngineSpec, LoadRequest
-from .loader import is_model_folder
+from .loader import missing_files
 
 if TYPE_CHECKING:
     from ...runtime import ModelManager
@@ -25,7 +25,7 @@ def build_engine(request: LoadRequest, manager: ModelManager) -> CosyVoiceEngine
 
 ENGINE = EngineSpec(
     engine_id="cosyvoice", display_name="CosyVoice", loader_node="MizuotoLoadCosyVoice", build=build_engine,
-    is_model_folder=is_model_folder,
+    missing_files=missing_files,
     models={
         "CosyVoice2-0.5B": (Download("FunAudioLLM/CosyVoice2-0.5B", (
             "cosyvoice2.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx", "speech_tokenizer_v2.onnx",

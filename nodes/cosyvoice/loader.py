@@ -47,12 +47,17 @@ def required_files(folder: Path, version: int) -> list[str]:
             f"{QWEN_DIR}/config.json", f"{QWEN_DIR}/vocab.json", f"{QWEN_DIR}/merges.txt"]
 
 
-def is_model_folder(folder: Path) -> bool:
+def missing_files(folder: Path) -> list[str]:
+    """What the folder lacks to be a CosyVoice model ([] when complete)."""
     y = yaml_path(folder)
     if y is None:
-        return False
+        return ["cosyvoice2.yaml or cosyvoice3.yaml"]
     version = 3 if y.name == "cosyvoice3.yaml" else 2
-    return all((folder / f).is_file() for f in required_files(folder, version))
+    return [f for f in required_files(folder, version) if not (folder / f).is_file()]
+
+
+def is_model_folder(folder: Path) -> bool:
+    return not missing_files(folder)
 
 
 def read_state(path: Path) -> dict[str, torch.Tensor]:

@@ -14,14 +14,14 @@ def build_engine(request: LoadRequest, manager):
     return F5TTSEngine(load_f5_tts(request.folder, request.dtype), manager, request.device, name=request.model)
 
 
-def is_model_folder(folder: Path) -> bool:
-    from .loader import is_model_folder as check
+def missing_files(folder: Path) -> list[str]:
+    from .loader import missing_files as check
     return check(folder)
 
 
 ENGINE = EngineSpec(
     engine_id="f5_tts", display_name="F5-TTS", loader_node="MizuotoLoadF5TTS",
-    build=build_engine, is_model_folder=is_model_folder, languages=("auto", "en", "zh"),
+    build=build_engine, missing_files=missing_files, languages=("auto", "en", "zh"),
     models={"F5TTS_v1_Base": (
         Download("SWivid/F5-TTS", include=("F5TTS_v1_Base/model_1250000.safetensors", "F5TTS_v1_Base/vocab.txt"),
                  strip="F5TTS_v1_Base"),

@@ -75,13 +75,17 @@ def checkpoint_file(folder: Path) -> Path:
     return found[0]
 
 
-def is_model_folder(folder: Path) -> bool:
+def missing_files(folder: Path) -> list[str]:
+    """What the folder lacks to be an F5-TTS model ([] when complete)."""
     folder = Path(folder)
-    try:
-        checkpoint_file(folder)
-    except (ModelFolderError, OSError):
-        return False
-    return all((folder / f).is_file() for f in ("vocab.txt", "vocos/config.yaml", "vocos/pytorch_model.bin"))
+    found = [p for p in folder.glob("model*.safetensors") if re.fullmatch(r"model(_\d+)?\.safetensors", p.name)]
+    missing = [] if len(found) == 1 else ["one model_*.safetensors (the checkpoint)"]
+    return missing + [f for f in ("vocab.txt", "vocos/config.yaml", "vocos/pytorch_model.bin")
+                      if not (folder / f).is_file()]
+
+
+def is_model_folder(folder: Path) -> bool:
+    return not missing_files(folder)
 
 
 def find_models(root: str | os.PathLike) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..common.registry import Download, EngineSpec, LoadRequest
-from .loader import REQUIRED, S2_FILES, is_model_folder
+from .loader import REQUIRED, S2_FILES, missing_files
 from .phases import LANGUAGES
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def build(request: LoadRequest, manager: ModelManager) -> FishSpeechEngine:
 
 ENGINE = EngineSpec(
     engine_id="fish_speech", display_name="Fish Speech", loader_node="MizuotoLoadFishSpeech", build=build,
-    is_model_folder=is_model_folder,
+    missing_files=missing_files,
     models={"openaudio-s1-mini": (Download("fishaudio/openaudio-s1-mini", include=REQUIRED),),
             "s2-pro": (Download("fishaudio/s2-pro", include=S2_FILES),)},
     languages=LANGUAGES, precisions=("bf16", "fp16", "fp32"),

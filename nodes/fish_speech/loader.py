@@ -46,8 +46,18 @@ def is_s2_folder(folder: Path) -> bool:
     return all((folder / f).is_file() for f in REQUIRED_S2) and checkpoint_path(folder).is_file()
 
 
+def missing_files(folder: Path) -> list[str]:
+    """What the folder lacks to be a Fish Speech model ([] when complete): of the layout it is closer to,
+    S1 (model.pth) or S2 (tokenizer.json and model.safetensors)."""
+    s1 = [f for f in REQUIRED if not (folder / f).is_file()]
+    s2 = [f for f in REQUIRED_S2 if not (folder / f).is_file()]
+    if not checkpoint_path(folder).is_file():
+        s2.append(checkpoint_path(folder).name)
+    return [] if not s1 or not s2 else min(s1, s2, key=len)
+
+
 def is_model_folder(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in REQUIRED) or is_s2_folder(folder)
+    return not missing_files(folder)
 
 
 def s2_name(key: str) -> str:

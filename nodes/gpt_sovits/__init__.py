@@ -15,8 +15,8 @@ def build_engine(request: LoadRequest, manager):
     return GPTSoVITSEngine(load_gpt_sovits(request.folder, request.dtype), manager, request.device, name=request.model)
 
 
-def is_model_folder(folder: Path) -> bool:
-    from .loader import is_model_folder as check
+def missing_files(folder: Path) -> list[str]:
+    from .loader import missing_files as check
     return check(folder)
 
 
@@ -25,7 +25,7 @@ SV = "sv/pretrained_eres2netv2w24s4ep4.ckpt"
 
 ENGINE = EngineSpec(
     engine_id="gpt_sovits", display_name="GPT-SoVITS", loader_node="MizuotoLoadGPTSoVITS",
-    build=build_engine, is_model_folder=is_model_folder, languages=("en", "zh"),
+    build=build_engine, missing_files=missing_files, languages=("en", "zh"),
     # lj1995/GPT-SoVITS's pretrained pairs with the shared models inside the voice folder (loader.shared_path);
     # English also needs text/ (cmudict*.rep, engdict-hot.rep), which only the GitHub repository has.
     models={name: (Download("lj1995/GPT-SoVITS", include=files, strip=files[1].rpartition("/")[0]),)

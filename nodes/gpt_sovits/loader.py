@@ -99,14 +99,20 @@ def weights_file(folder: Path) -> Path:
     raise ModelFolderError(f"{ENGINE}: {folder} has neither model.safetensors nor pytorch_model.bin")
 
 
-def is_model_folder(folder: Path) -> bool:
-    try:
-        pair(folder)
-    except ModelFolderError:
-        return False
+def missing_files(folder: Path) -> list[str]:
+    """What the folder lacks to be a GPT-SoVITS voice ([] when complete)."""
+    missing = [f"one {pattern} ({what})" for pattern, what in (("*.ckpt", "the GPT weights"), ("*.pth", "the SoVITS weights"))
+               if len([p for p in folder.glob(pattern) if p.is_file()]) != 1]
     hubert = shared_path(folder, HUBERT_DIR)
-    return (hubert / "config.json").is_file() and any((hubert / n).is_file()
-                                                      for n in ("model.safetensors", "pytorch_model.bin"))
+    if not (hubert / "config.json").is_file():
+        missing.append(f"{HUBERT_DIR}/config.json (in the folder or in ../{SHARED}/)")
+    if not any((hubert / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
+        missing.append(f"{HUBERT_DIR}/model.safetensors or pytorch_model.bin (in the folder or in ../{SHARED}/)")
+    return missing
+
+
+def is_model_folder(folder: Path) -> bool:
+    return not missing_files(folder)
 
 
 def sovits_version(path: Path) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..common.registry import Download, EngineSpec, LoadRequest
-from .loader import is_model_folder
+from .loader import missing_files
 
 if TYPE_CHECKING:
     from ...runtime import ModelManager
@@ -27,7 +27,7 @@ def build_engine(request: LoadRequest, manager: ModelManager) -> IndexTTS2Engine
 
 ENGINE = EngineSpec(
     engine_id="indextts2", display_name="IndexTTS 2", loader_node="MizuotoLoadIndexTTS2", build=build_engine,
-    is_model_folder=is_model_folder, languages=("auto", "en", "zh"),
+    missing_files=missing_files, languages=("auto", "en", "zh"),
     models={
         "IndexTTS-2": (
             Download("IndexTeam/IndexTTS-2", ("config.yaml", "gpt.pth", "s2mel.pth", "bpe.model",

@@ -228,8 +228,13 @@ SEMANTIC_LAYER = 17                          # upstream reads w2v-bert's hidden_
 EMOTION_MODEL = "qwen0.6bemo4-merge"         # config.yaml's qwen_emo_path: the emotion-from-text model
 
 
+def missing_files(folder: Path) -> list[str]:
+    """What the folder lacks to be an IndexTTS 2 model ([] when complete)."""
+    return [name for name in REQUIRED if not (Path(folder) / name).is_file()]
+
+
 def is_model_folder(folder: Path) -> bool:
-    return all((Path(folder) / name).is_file() for name in REQUIRED)
+    return not missing_files(folder)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..common.registry import Download, EngineSpec, LoadRequest
 from .languages import LANGUAGE_IDS
-from .loader import is_model_folder
+from .loader import missing_files
 
 if TYPE_CHECKING:
     from ...runtime import ModelManager
@@ -27,7 +27,7 @@ def build(request: LoadRequest, manager: ModelManager) -> OmniVoiceEngine:
 
 ENGINE = EngineSpec(
     engine_id="omnivoice", display_name="OmniVoice", loader_node="MizuotoLoadOmniVoice", build=build,
-    is_model_folder=is_model_folder, models={"OmniVoice": (Download("k2-fsa/OmniVoice", include=FILES),)},
+    missing_files=missing_files, models={"OmniVoice": (Download("k2-fsa/OmniVoice", include=FILES),)},
     languages=("auto", *sorted(LANGUAGE_IDS)), precisions=("bf16", "fp16", "fp32"),
     description="OmniVoice from models/TTS/omnivoice/ (a known one downloads with its files checked): speech in "
                 "646 languages; clones a reference voice (with its transcript) or designs one from an "

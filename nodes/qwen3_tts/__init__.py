@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..common.registry import Download, EngineSpec, LoadRequest
-from .loader import is_model_folder
+from .loader import missing_files
 
 if TYPE_CHECKING:
     from ...runtime import ModelManager
@@ -24,7 +24,7 @@ def build(request: LoadRequest, manager: ModelManager) -> Qwen3TTSEngine:
 
 ENGINE = EngineSpec(
     engine_id="qwen3_tts", display_name="Qwen3-TTS", loader_node="MizuotoLoadQwen3TTS", build=build,
-    is_model_folder=is_model_folder, models={name: (Download(f"Qwen/{name}"),) for name in MODELS},
+    missing_files=missing_files, models={name: (Download(f"Qwen/{name}"),) for name in MODELS},
     languages=("auto", "en", "zh", "ja", "ko", "de", "fr", "ru", "pt", "es", "it"), precisions=("bf16", "fp16", "fp32"),
     description="A Qwen3-TTS 12 Hz model from models/TTS/qwen3_tts/ (a known one downloads with its files "
                 "checked): CustomVoice speaks named voices, VoiceDesign follows an instruction, Base clones "

@@ -31,8 +31,15 @@ def read_json(path: Path) -> dict[str, Any]:
     return checkpoint.read_json(path, "Qwen3-TTS")
 
 
+def missing_files(folder: Path) -> list[str]:
+    """What the folder lacks ([] when complete): its configs and each part's model.safetensors (or index)."""
+    folder = Path(folder)
+    return [f for f in REQUIRED if not (folder / f).is_file()] + \
+        [str(checkpoint_path(folder / w).relative_to(folder)) for w in WEIGHTS if not checkpoint_path(folder / w).is_file()]
+
+
 def is_model_folder(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in REQUIRED) and all(checkpoint_path(folder / w).is_file() for w in WEIGHTS)
+    return not missing_files(folder)
 
 
 def find_models(root: str | Path) -> list[str]:

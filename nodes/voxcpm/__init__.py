@@ -14,9 +14,9 @@ def build_engine(request: LoadRequest, manager):
                         name=request.model)
 
 
-def _is_model_folder(folder):
-    from .loader import is_model_folder
-    return is_model_folder(folder)
+def _missing_files(folder):
+    from .loader import missing_files
+    return missing_files(folder)
 
 
 ENGINE = EngineSpec(
@@ -24,7 +24,7 @@ ENGINE = EngineSpec(
     display_name="VoxCPM 2",
     loader_node="MizuotoLoadVoxCPM",
     build=build_engine,
-    is_model_folder=_is_model_folder,
+    missing_files=_missing_files,
     models={"VoxCPM2": (Download("openbmb/VoxCPM2", include=("config.json", "model.safetensors", "audiovae.pth",
                                                               "tokenizer.json", "tokenizer_config.json",
                                                               "special_tokens_map.json")),)},

@@ -30,8 +30,14 @@ def vae_file(folder: Path) -> Path | None:
     return next((folder / f for f in VAE_FILES if (folder / f).is_file()), None)
 
 
+def missing_files(folder: Path) -> list[str]:
+    """What the folder lacks to be a VoxCPM 2 model ([] when complete)."""
+    return [f for f in REQUIRED if not (folder / f).is_file()] + \
+        ([f"{' or '.join(VAE_FILES)}"] if vae_file(folder) is None else [])
+
+
 def is_model_folder(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in REQUIRED) and vae_file(folder) is not None
+    return not missing_files(folder)
 
 
 def read_config(path: Path) -> tuple[VoxCPMConfig, AudioVAEConfig]:
