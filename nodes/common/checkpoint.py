@@ -244,13 +244,14 @@ NUMBER_RULES: tuple[tuple[re.Pattern, Bound | None], ...] = tuple((re.compile(p)
     (r"long_factor|short_factor|(^|_)factor$", Bound(0, 1e6, "a scale factor", integer=False, low_open=True)),
     (r"lookahead", Bound(1, MAX_COUNT, "a look-ahead in frames")),
     (r"(^|_)(rates|ratios|strides?|kernel|kernel_sizes?|dilations?|dilation_sizes|dilation_rate|"
-     r"dilation_growth_rate|groups|mult|res2net_scale)(_|$)|kernel_size",
+     r"dilation_growth_rate|groups|mult|res2net_scale)(_|$)|kernel_size|conv_pos_embeddings$",
      Bound(1, MAX_COUNT, "a factor, kernel size or group count")),
     (r"scale", Bound(0, 1e6, "a scale", integer=False, low_open=True)),
     (r"(^|_)(id|ids|token_id)$|_token$|^(start|stop|bos|eos|pad)_", Bound(0, MAX_TOKENS, "a token id")),
     (r"codebooks?$|quantizers$|^num_class$|^n_spks$|code_groups$", Bound(1, MAX_COUNT, "a codebook or class count")),
     (r"vocab|codebook_size|_bins$|(^|_)tokens$|_codes$", Bound(1, MAX_TOKENS, "a token or code count")),
     (r"position|max_seq_len|max_length|^block_size$|sliding_window", Bound(1, MAX_POSITIONS, "a position count")),
+    (r"^emo_num$", Bound(1, MAX_COUNT, "a count of emotion vectors")),   # IndexTTS 2: rows of feat1/feat2.pt
     (r"(^|_)blocks?(_|$)|^conv_layers$", Bound(0, MAX_COUNT, "a block count, 0 for none")),   # F5's E2: no convs
     (r"(^|_)(depth|heads?|layers?)(_|$)", Bound(1, MAX_COUNT, "a layer or head count")),
     (r"(^|_)(dim|size|hidden|channels?|units|width|filters|dimension|mels)(_|$)",
