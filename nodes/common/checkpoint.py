@@ -229,6 +229,11 @@ NUMBER_RULES: tuple[tuple[re.Pattern, Bound | None], ...] = tuple((re.compile(p)
     (r"temperature$|repetition_penalty$", Bound(0, 100, "a positive sampling setting", integer=False,
                                                 low_open=True)),
     (r"dropout|layerdrop|(^|_)probs?(_|$)", Bound(0, 1, "a probability", integer=False)),
+    # inference settings read at load: classifier-free guidance, HiFT's source filter, output clamp, RAS window
+    (r"cfg_rate$|cfg_strength$", Bound(0, 100, "a guidance scale", integer=False)),
+    (r"^nsf_(alpha|sigma)$|(^|_)slope$|^tau_r$", Bound(0, 1, "a fraction", integer=False)),
+    (r"voiced_threshold$", Bound(0, 1e6, "a threshold", integer=False)),
+    (r"^audio_limit$", Bound(0, 1, "a sample limit", integer=False, low_open=True)),
     (r"(^|_)fmax$", Bound(0, 1e6, "a frequency in Hz", integer=False, low_open=True)),
     (r"harmonics", Bound(1, MAX_COUNT, "a harmonic count")),
     (r"(^|_)eps$|epsilon", Bound(0, 0.1, "a small positive number", integer=False, low_open=True)),

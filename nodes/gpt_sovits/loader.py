@@ -252,6 +252,9 @@ def load_speaker(path: Path, dtype: torch.dtype) -> ERes2NetV2:
 def load_gpt_sovits(folder: Path | str, dtype: torch.dtype = torch.float32) -> GPTSoVITS:
     folder = Path(folder)
     ckpt, pth = pair(folder)
+    for shared in (HUBERT_DIR, BERT_DIR):   # their numbers are checked before any weight is read
+        if (shared_path(folder, shared) / "config.json").is_file():
+            read_json(shared_path(folder, shared) / "config.json", ENGINE)
     sovits = load_sovits(pth, dtype)
     t2s = load_t2s(ckpt, dtype)
     hubert = load_hubert(shared_path(folder, HUBERT_DIR), dtype)
