@@ -133,7 +133,7 @@ def load_t2s(path: Path, dtype: torch.dtype) -> Text2Semantic:
     obj = load_pickle(path)
     if not isinstance(obj, dict) or "config" not in obj:
         raise CheckpointError(f"{path}: expected a GPT-SoVITS GPT checkpoint (a dict with 'weight' and 'config')")
-    check_sizes(obj["config"], f"{path} (config)", ENGINE)    # the training config pickled with the weights
+    check_sizes(obj["config"], path, ENGINE, prefix="config")    # the training config pickled with the weights
     cfg = T2SConfig.from_dict(obj["config"], str(path))
     state = state_dict(obj, path, key="weight", strip="model.")
     return load_module_from_state(lambda: Text2Semantic(cfg), state, dtype, source=path,
@@ -166,7 +166,7 @@ def load_sovits(path: Path, dtype: torch.dtype) -> SynthesizerTrn:
         found = None if emb is None else emb.shape[0]
         raise CheckpointError(f"{path}: enc_p.text_embedding has {found} symbols; v2 models have {V2_SYMBOLS} "
                               f"(322: a v1 model, not supported)")
-    check_sizes(obj["config"], f"{path} (config)", ENGINE)
+    check_sizes(obj["config"], path, ENGINE, prefix="config")
     cfg = SoVITSConfig.from_hparams(obj["config"], version, V2_SYMBOLS, str(path))
     if cfg.is_v2pro and "sv_emb.weight" in state and state["sv_emb.weight"].dim() == 2:
         cfg = dataclasses.replace(cfg, sv_dim=int(state["sv_emb.weight"].shape[1]))
