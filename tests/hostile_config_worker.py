@@ -1,5 +1,5 @@
-"""Subprocess side of tests/test_hostile_configs.py: for one engine's tiny model folder, every numeric field
-of its config files set to each hostile value in turn, then build the engine and run one short request.
+"""Subprocess side of tests/test_hostile_configs.py: for each named engine's tiny model folder, every numeric
+field of its config files set to each hostile value in turn, then the engine built and one short request run.
 
     python tests/hostile_config_worker.py ENGINE[,ENGINE...] ROOT OUT [--plan 0:1,-1:1,1000000000000:1]
                                           [--limit-gb 6]

@@ -1,9 +1,9 @@
 """Every number a loader reads from a model folder's config files is checked before heavy work (issue 27).
 
 For every registered engine's tiny model folder (`tests/<engine>/tiny.py`), every integer or float of its
-config files (config.json, *.yaml, the other *.json configs; token tables left out) is set to 0, -1 and
-10^12 in turn; the engine is built and one short request run, in a subprocess under an address-space limit
-and a time limit (tests/hostile_config_worker.py). Each outcome must be a ValueError naming the file and the
+config files (config.json, *.yaml, the other *.json configs; token tables left out) is set to 0, -1 or
+10^12 (each field one of them in turn by default, all three with --slow); the engine is built and one short
+request run, in a subprocess under an address-space limit and a time limit (tests/hostile_config_worker.py). Each outcome must be a ValueError naming the file and the
 field, or a clean run (a field that does not matter, such as a dropout of 0). A hang, a crash, a
 MemoryError, a ZeroDivisionError, an IndexError or NaN audio fails the test, naming the field.
 """

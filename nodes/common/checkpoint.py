@@ -310,21 +310,6 @@ def check_ids(ids: Mapping[str, Any], size: int, size_field: str, path: str | os
                                    f"a token id from 0 to {size - 1} (the table is {size_field} = {size})")
 
 
-def config_number(data: Any, key: str, path: str | os.PathLike, engine: str, bound: Bound,
-                  default: Any = None, prefix: str = "") -> Any:
-    """`data[key]` (or `default` when absent) checked against `bound`, for a field whose bound depends on other
-    fields or on the weights (a token id below the vocabulary size); errors name the file and the field."""
-    name = f"{prefix}.{key}" if prefix else key
-    if not isinstance(data, dict) or key not in data:
-        if default is None:
-            raise CheckpointError(f"{engine}: {path}: field {name} is missing; expected {bound.expected()}")
-        return default
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not bound.admits(value):
-        raise config_error(engine, path, name, value, bound.expected())
-    return value
-
-
 # ---- pickles that hold one plain-data class besides tensors (GPT-SoVITS's s2G*.pth) --------------------------
 
 
