@@ -477,6 +477,9 @@ def _blame(config: SizeSource, expected: Mapping[str, tuple[int, ...]], shapes: 
     for head, n in ours.items():
         if head in theirs and theirs[head] != n:
             blame(n, f"the checkpoint holds {theirs[head]} of {head or 'the top-level list'}")
+    for head, n in theirs.items():      # a count of 0 (conv_layers: 0) builds no list at all
+        if head and head not in ours and not any(k.startswith(head + ".") for k in expected):
+            blame(0, f"the checkpoint holds {n} of {head}")
     if not found:
         return ""
     sizes = [name for name in found if _SIZE_NAME.search(name.rsplit(".", 1)[-1].lower())]

@@ -18,6 +18,7 @@ import re
 import struct
 import zipfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -258,33 +259,138 @@ def load_tokenizer(path: str | os.PathLike, engine: str) -> Tokenizer:
         return Tokenizer.from_str(text)
 
 
-# Config fields that size modules: a negative or absurd width, or a count (heads, layers) below one, must be
-# refused before any module is built (a 10^7-wide layer or 100 000 layers would be tried for minutes, or
-# allocated). Widths may be 0: Hugging Face configs use 0 for "off" (chunk_size_feed_forward).
-_SIZE_FIELD = re.compile(r"(^|_)(dim|size|hidden|depth|heads?|layers?|blocks?|channels)(_|$)|^n_")
-_COUNT_FIELD = re.compile(r"(^|_)(depth|heads?|layers?|blocks?)(_|$)")
-_AT_LEAST_ONE = re.compile(r"(^|_)(depth|heads?|layers?)(_|$)")   # blocks may be 0 (CosyVoice's num_mid_blocks)
+# ---- numbers in config files: every field a loader may read is bounded by its name -----------------------------
+# A careless or hostile config (0, -1 or 10^12 in a sample rate, a hop, a layer count, a token id, ...) must be a
+# clear error naming the file and the field before any module is built, not a ZeroDivisionError, an IndexError,
+# NaN audio or an allocation of terabytes. The bounds are generous: every published model of every engine is far
+# inside them. Fields HF's save_pretrained writes with 0 for "off" (chunk_size_feed_forward,
+# no_repeat_ngram_size, min_length) and data/training settings loaders never read match no rule or allow 0.
 MAX_WIDTH = 1 << 20
 MAX_COUNT = 4096
+MAX_TOKENS = 1 << 24          # vocabularies and codebooks (published: <= 262 144 entries)
+MAX_POSITIONS = 1 << 20       # position tables, some built at load (published: <= 131 072)
+MAX_SAMPLES = 1 << 16         # hops, windows, FFT sizes, up/downsampling factors (published: <= 3840)
 
 
-def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "") -> None:
-    """Every integer field named like a size (hidden_size, head_dim, n_fft, ...) is in [0, MAX_WIDTH], every
-    count (num_attention_heads, num_hidden_layers, depth) in [1, MAX_COUNT] and every block count in
-    [0, MAX_COUNT]; a CheckpointError names the file and the field."""
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
-    for key, value in items:
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, (dict, list)):
-            check_sizes(value, path, engine, name)
-            continue
-        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, int) \
-                or not _SIZE_FIELD.search(key.lower()):
-            continue                                    # flags such as scale_codebook_embeddings are not sizes
-        low = 1 if _AT_LEAST_ONE.search(key.lower()) else 0
-        high = MAX_COUNT if _COUNT_FIELD.search(key.lower()) else MAX_WIDTH
-        if not low <= value <= high:
-            raise CheckpointError(f"{engine}: {path}: {name} = {value}; expected an integer from {low} to {high}")
+@dataclass(frozen=True)
+class Bound:
+    """What a config number must be: `low <= value <= high` (`low_open`: `low < value`); `integer`: an int."""
+    low: float
+    high: float
+    what: str
+    integer: bool = True
+    low_open: bool = False
+
+    def expected(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        if self.low_open:
+            return f"{kind} above {self.low:g} and at most {self.high:g} ({self.what})"
+        return f"{kind} from {self.low:g} to {self.high:g} ({self.what})"
+
+    def admits(self, value: int | float) -> bool:
+        if self.integer and not isinstance(value, int):
+            return False
+        if value != value or value in (float("inf"), float("-inf")):
+            return False
+        return (self.low < value if self.low_open else self.low <= value) and value <= self.high
+
+
+# (field-name pattern, bound), the first match wins; a list's items are checked under the list's name. Only
+# the last part of a dotted name is matched (lower case).
+NUMBER_RULES: tuple[tuple[re.Pattern, Bound | None], ...] = tuple((re.compile(p), b) for p, b in (
+    # training and generation settings no loader reads, some 0 or -1 in published files (BigVGAN's num_gpus)
+    (r"^(num_gpus|num_workers|seed|world_size|num_warmup_steps|num_warmup_updates|num_beams|num_beam_groups|"
+     r"num_return_sequences|batch_size|max_epoch)$", None),
+    # zero means "off" or "none" in HF configs and CosyVoice's chunked attention; -1 is "all chunks"
+    (r"^(chunk_size_feed_forward|no_repeat_ngram_size|encoder_no_repeat_ngram_size|static_chunk_size)$",
+     Bound(0, MAX_WIDTH, "0 for off")),
+    (r"^num_decoding_left_chunks$", Bound(-1, MAX_COUNT, "-1 for all")),
+    (r"(^|_)min(_|$)|^fmin$|mel_fmin", Bound(0, 1e9, "a lower limit", integer=False)),
+    # sampling defaults (generation_config.json, CosyVoice's sampling section): refused at load, not per request
+    (r"top_p$", Bound(0, 1, "a nucleus probability", integer=False, low_open=True)),
+    (r"top_k$", Bound(0, MAX_TOKENS, "a top-k count, 0 for off")),
+    (r"temperature$|repetition_penalty$", Bound(0, 100, "a positive sampling setting", integer=False,
+                                                low_open=True)),
+    (r"dropout|layerdrop|(^|_)probs?(_|$)", Bound(0, 1, "a probability", integer=False)),
+    # inference settings read at load: classifier-free guidance, HiFT's source filter, output clamp, RAS window
+    (r"cfg_rate$|cfg_strength$", Bound(0, 100, "a guidance scale", integer=False)),
+    (r"^nsf_(alpha|sigma)$|(^|_)slope$|^tau_r$", Bound(0, 1, "a fraction", integer=False)),
+    (r"voiced_threshold$", Bound(0, 1e6, "a threshold", integer=False)),
+    (r"^audio_limit$", Bound(0, 1, "a sample limit", integer=False, low_open=True)),
+    (r"(^|_)fmax$", Bound(0, 1e6, "a frequency in Hz", integer=False, low_open=True)),
+    (r"harmonics", Bound(1, MAX_COUNT, "a harmonic count")),
+    (r"(^|_)eps$|epsilon", Bound(0, 0.1, "a small positive number", integer=False, low_open=True)),
+    (r"rope_theta|rope_base|^theta$", Bound(1, 1e10, "a rotary base", integer=False)),
+    (r"(^|_)(sample|sampling)_rates?$|(^|_)sr$|^sr_bin_boundaries$",
+     Bound(1000, 1_000_000, "a sample rate in Hz", integer=False)),
+    (r"frame_rate$", Bound(0, 10_000, "frames per second", integer=False, low_open=True)),
+    (r"(^|_)(hop|win|fft|n_fft|compress|patch_size|length_compression|token_mel_ratio|upsample_rates?|"
+     r"downsample_rates?|downsample_factor|upsample_factor|decode_upsample_rate|encode_downsample_rate)(_|$)",
+     Bound(1, MAX_SAMPLES, "a length in samples or frames")),
+    (r"bandwidths?$", Bound(0, 10_000, "a bit rate in kbps", integer=False, low_open=True)),
+    (r"^channel_ratios$", Bound(0, MAX_COUNT, "a width ratio", integer=False, low_open=True)),
+    (r"long_factor|short_factor|(^|_)factor$", Bound(0, 1e6, "a scale factor", integer=False, low_open=True)),
+    (r"lookahead", Bound(1, MAX_COUNT, "a look-ahead in frames")),
+    (r"(^|_)(rates|ratios|strides?|kernel|kernel_sizes?|dilations?|dilation_sizes|dilation_rate|"
+     r"dilation_growth_rate|groups|mult|res2net_scale)(_|$)|kernel_size|conv_pos_embeddings$",
+     Bound(1, MAX_COUNT, "a factor, kernel size or group count")),
+    (r"scale", Bound(0, 1e6, "a scale", integer=False, low_open=True)),
+    (r"(^|_)(id|ids|token_id)$|_token$|^(start|stop|bos|eos|pad)_", Bound(0, MAX_TOKENS, "a token id")),
+    (r"codebooks?$|quantizers$|^num_class$|^n_spks$|code_groups$", Bound(1, MAX_COUNT, "a codebook or class count")),
+    (r"vocab|codebook_size|_bins$|(^|_)tokens$|_codes$", Bound(1, MAX_TOKENS, "a token or code count")),
+    (r"position|max_seq_len|max_length|^block_size$|sliding_window", Bound(1, MAX_POSITIONS, "a position count")),
+    (r"^emo_num$", Bound(1, MAX_COUNT, "a count of emotion vectors")),   # IndexTTS 2: rows of feat1/feat2.pt
+    (r"(^|_)blocks?(_|$)|^conv_layers$", Bound(0, MAX_COUNT, "a block count, 0 for none")),   # F5's E2: no convs
+    (r"(^|_)(depth|heads?|layers?)(_|$)", Bound(1, MAX_COUNT, "a layer or head count")),
+    (r"(^|_)(dim|size|hidden|channels?|units|width|filters|dimension|mels)(_|$)",
+     Bound(1, MAX_WIDTH, "a width")),
+    (r"^n_|^num_", Bound(0, MAX_WIDTH, "a count")),
+))
+
+
+def number_rule(key: str) -> Bound | None:
+    """The bound a config field named `key` (its last dotted part) must keep, or None."""
+    key = key.lower()
+    for pattern, bound in NUMBER_RULES:
+        if pattern.search(key):
+            return bound
+    return None
+
+
+def config_error(engine: str, path: str | os.PathLike, name: str, value: Any, expected: str) -> CheckpointError:
+    """The error for a config field with a value a loader cannot use: names the file, the field, what was
+    expected."""
+    return CheckpointError(f"{engine}: {path}: {name} = {value!r}; expected {expected}")
+
+
+def check_sizes(data: Any, path: str | os.PathLike, engine: str, prefix: str = "", key: str = "") -> None:
+    """Every number of a config's data whose field name has a rule in NUMBER_RULES (sizes, counts, rates,
+    hops, token ids, probabilities, ...) is within its bound; a CheckpointError names the file, the dotted
+    field and what was expected. List items are checked under the list's field name."""
+    if isinstance(data, dict):
+        for k, value in data.items():
+            check_sizes(value, path, engine, f"{prefix}.{k}" if prefix else str(k), str(k))
+        return
+    if isinstance(data, list):
+        for i, value in enumerate(data):
+            check_sizes(value, path, engine, f"{prefix}[{i}]", key)
+        return
+    if isinstance(data, bool) or not isinstance(data, (int, float)) or not key:
+        return                                          # flags such as scale_codebook_embeddings are not sizes
+    bound = number_rule(key)
+    if bound is not None and not bound.admits(data):
+        raise config_error(engine, path, prefix, data, bound.expected())
+
+
+def check_ids(ids: Mapping[str, Any], size: int, size_field: str, path: str | os.PathLike, engine: str) -> None:
+    """Every token id in `ids` (dotted field name -> an id or a list of ids) indexes a table of `size` rows
+    (`size_field`: the config field or weight that sizes it), so an embedding lookup cannot fail mid-request
+    with an IndexError; a CheckpointError names the file and the field."""
+    for name, value in ids.items():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < size:
+                raise config_error(engine, path, name, value,
+                                   f"a token id from 0 to {size - 1} (the table is {size_field} = {size})")
 
 
 # ---- pickles that hold one plain-data class besides tensors (GPT-SoVITS's s2G*.pth) --------------------------

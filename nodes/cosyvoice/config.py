@@ -90,12 +90,16 @@ class _Fields:
     def tag(self) -> str:
         return str(self.data.get("!", ""))
 
-    def get(self, key: str, kind: type, default: Any = None) -> Any:
+    def get(self, key: str, kind: type, default: Any = None, low: int | None = None) -> Any:
+        """`low`: a tighter lower bound than NUMBER_RULES' for the field's name (RAS sampling needs top_k >= 1)."""
         if key not in self.data:
             if default is None:
                 raise CheckpointError(f"CosyVoice: {self.path}: field {self.where}.{key} is missing")
             return default
         value = self.data[key]
+        if low is not None and isinstance(value, (int, float)) and value < low:
+            raise CheckpointError(f"CosyVoice: {self.path}: field {self.where}.{key} = {value!r}; expected at least "
+                                  f"{low}")
         try:
             if kind is tuple:
                 return tuple(tuple(v) if isinstance(v, list) else int(v) for v in value)
@@ -123,7 +127,7 @@ def lm_fields(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     llm = _Fields(path, data.get("llm"), "llm")
     sampling = llm.sub("sampling")
     return {"speech_token_size": llm.get("speech_token_size", int),
-            "top_p": sampling.get("top_p", float, 0.8), "top_k": sampling.get("top_k", int, 25),
+            "top_p": sampling.get("top_p", float, 0.8), "top_k": sampling.get("top_k", int, 25, low=1),
             "win_size": sampling.get("win_size", int, 10), "tau_r": sampling.get("tau_r", float, 0.1),
             "llm_input_size": llm.get("llm_input_size", int), "llm_output_size": llm.get("llm_output_size", int)}
 

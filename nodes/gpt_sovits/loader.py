@@ -35,8 +35,8 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
-from ..common.checkpoint import (ModelFolderError, load_pickle, load_pickle_with_records, load_tokenizer, read_json,
-                                 state_dict)
+from ..common.checkpoint import (ModelFolderError, check_sizes, load_pickle, load_pickle_with_records, load_tokenizer,
+                                 read_json, state_dict)
 from ..common.dac import fold_weight_norm
 from .bert import BertConfig, BertFeatures
 from ..common.hubert import Hubert, HubertConfig
@@ -139,6 +139,7 @@ def load_t2s(path: Path, dtype: torch.dtype) -> Text2Semantic:
     obj = load_pickle(path)
     if not isinstance(obj, dict) or "config" not in obj:
         raise CheckpointError(f"{path}: expected a GPT-SoVITS GPT checkpoint (a dict with 'weight' and 'config')")
+    check_sizes(obj["config"], path, ENGINE, prefix="config")    # the training config pickled with the weights
     cfg = T2SConfig.from_dict(obj["config"], str(path))
     state = state_dict(obj, path, key="weight", strip="model.")
     return load_module_from_state(lambda: Text2Semantic(cfg), state, dtype, source=path,
@@ -171,6 +172,7 @@ def load_sovits(path: Path, dtype: torch.dtype) -> SynthesizerTrn:
         found = None if emb is None else emb.shape[0]
         raise CheckpointError(f"{path}: enc_p.text_embedding has {found} symbols; v2 models have {V2_SYMBOLS} "
                               f"(322: a v1 model, not supported)")
+    check_sizes(obj["config"], path, ENGINE, prefix="config")
     cfg = SoVITSConfig.from_hparams(obj["config"], version, V2_SYMBOLS, str(path))
     if cfg.is_v2pro and "sv_emb.weight" in state and state["sv_emb.weight"].dim() == 2:
         cfg = dataclasses.replace(cfg, sv_dim=int(state["sv_emb.weight"].shape[1]))
@@ -256,6 +258,9 @@ def load_speaker(path: Path, dtype: torch.dtype) -> ERes2NetV2:
 def load_gpt_sovits(folder: Path | str, dtype: torch.dtype = torch.float32) -> GPTSoVITS:
     folder = Path(folder)
     ckpt, pth = pair(folder)
+    for shared in (HUBERT_DIR, BERT_DIR):   # their numbers are checked before any weight is read
+        if (shared_path(folder, shared) / "config.json").is_file():
+            read_json(shared_path(folder, shared) / "config.json", ENGINE)
     sovits = load_sovits(pth, dtype)
     t2s = load_t2s(ckpt, dtype)
     hubert = load_hubert(shared_path(folder, HUBERT_DIR), dtype)

@@ -269,7 +269,8 @@ def _matrices(folder: Path, data: dict[str, Any], path: Path) -> tuple[list | No
     for name in ("feat2.pt", "feat1.pt"):
         m = load_pickle(folder / name)
         if not isinstance(m, torch.Tensor) or m.dim() != 2 or m.shape[0] != sum(num):
-            raise CheckpointError(f"{ENGINE}: {folder / name}: expected a [{sum(num)}, width] tensor (emo_num)")
+            raise CheckpointError(f"{ENGINE}: {folder / name}: expected a [{sum(num)}, width] tensor: {path}: "
+                                  f"emo_num = {num} does not fit the matrix ({list(getattr(m, 'shape', []))})")
         out.append(list(torch.split(m.float(), [int(n) for n in num])))
     return out[0], out[1]
 

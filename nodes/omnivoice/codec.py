@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..common.checkpoint import MAX_COUNT
 from ..common.dac import DacDecoder, DacEncoder, EuclideanRVQ
 from ..common.hubert import Hubert, HubertConfig
 
@@ -73,8 +74,9 @@ class CodecConfig:
             c.codebook_dim = c.hidden_size
         if len(c.strides) != len(c.channel_ratios):
             raise ValueError("strides and channel_ratios differ in length")
-        if c.num_quantizers < 1:
-            raise ValueError(f"target_bandwidths: {c.target_bandwidths} give no quantizer at {c.frame_rate} Hz")
+        if not 1 <= c.num_quantizers <= MAX_COUNT:    # 10^12 kbps would build 10^10 quantizers
+            raise ValueError(f"target_bandwidths: {c.target_bandwidths} give {c.num_quantizers} quantizers at "
+                             f"{c.frame_rate} Hz; expected 1 to {MAX_COUNT}")
         return c
 
     # Derived exactly as transformers' HiggsAudioV2TokenizerConfig does.

@@ -38,6 +38,23 @@ def missing_files(folder: Path) -> list[str]:
         [str(checkpoint_path(folder / w).relative_to(folder)) for w in WEIGHTS if not checkpoint_path(folder / w).is_file()]
 
 
+CODEC_IDS = ("codec_eos_token_id", "codec_think_id", "codec_nothink_id", "codec_think_bos_id", "codec_think_eos_id",
+             "codec_pad_id", "codec_bos_id")
+TEXT_IDS = ("im_start_token_id", "im_end_token_id", "tts_pad_token_id", "tts_bos_token_id", "tts_eos_token_id")
+
+
+def check_token_ids(config: Qwen3TTSConfig, raw: dict[str, Any], path: Path) -> None:
+    """The talker's codec ids, speaker and language ids index its codec embedding (talker_config.vocab_size
+    rows); the chat-template ids index the text embedding (text_vocab_size rows)."""
+    tc, raw_tc = config.talker, raw.get("talker_config") or {}
+    codec = {f"talker_config.{k}": getattr(tc, k) for k in CODEC_IDS}
+    for table in ("spk_id", "codec_language_id"):
+        codec |= {f"talker_config.{table}.{k}": v for k, v in (raw_tc.get(table) or {}).items()}
+    checkpoint.check_ids(codec, tc.vocab_size, "talker_config.vocab_size", path, "Qwen3-TTS")
+    checkpoint.check_ids({k: getattr(config, k) for k in TEXT_IDS}, tc.text_vocab_size,
+                         "talker_config.text_vocab_size", path, "Qwen3-TTS")
+
+
 def is_model_folder(folder: Path) -> bool:
     return not missing_files(folder)
 
@@ -91,6 +108,7 @@ def load_qwen3_tts(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"Qwen3-TTS: {folder / 'config.json'} is not a Qwen3-TTS config: {e}") from None
+    check_token_ids(config, raw, folder / "config.json")
     try:
         codec_config = CodecConfig.from_dict(codec_raw)
     except (KeyError, TypeError, ValueError) as e:
