@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
+from .segments import Join, Segment
 from .text import split_sentences
 
 Need = Literal["none", "optional", "required"]
@@ -79,6 +80,7 @@ class Chunk:
 
     text: str
     seed: int                                   # the request's seed + index (mod 2**63)
+    tokens: tuple[str, ...] | None = None       # upstream's tokens of this segment (Segment.tokens), if any
     index: int = 0
     count: int = 1
     language: str = "auto"
@@ -103,6 +105,7 @@ class Engine:
     capabilities: ClassVar[Capabilities]
     PHASED: ClassVar[bool] = True
     options: ClassVar[dict[str, type]] = {}     # engine-specific options a caller may pass
+    join: ClassVar[Join] = Join()               # what upstream puts between segments' audio
 
     def __init__(self, manager: ModelManager, handles: list[ModelHandle], device: torch.device | str = "cpu",
                  name: str | None = None) -> None:
@@ -120,9 +123,12 @@ class Engine:
     def device(self) -> torch.device:
         return self.handles[0].device
 
-    def split_text(self, text: str) -> list[str]:
-        """The chunks read one per request step (sentence boundaries within `max_chunk_chars`)."""
-        return split_sentences(text, self.capabilities.max_chunk_chars)
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None) -> list[str | Segment]:
+        """The segments read one per request step, as the engine's upstream cuts its input (some
+        upstreams size them by the reference); by default sentence boundaries within `max_chunk_chars`.
+        A segment never rewrites the text it covers."""
+        return list(split_sentences(text, self.capabilities.max_chunk_chars))
 
     def text_warnings(self, text: str) -> list[str]:
         """What of `text` the model will not read as written (words of a script it cannot speak): the
