@@ -1,7 +1,7 @@
 """IndexTTS 2 on the runtime: seven components, four phases per chunk.
 
     engine = IndexTTS2Engine(load_indextts2(folder), manager, device="cuda")
-    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per sentence chunk
+    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per segment (split_text: upstream's 120-token segments)
 
 Phases:
 - "conditioning" (once per request, kept in `chunk.cache`): the 22.05 kHz reference (cut to 15 s, as
@@ -38,13 +38,14 @@ from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
 from ..common.audio import check_rate, check_samples, resample, to_mono
 from ..common.decode import frames_estimate
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Reference
+from ..common.segments import Join, Segment
 from ..common.w2v_bert import seamless_features
 from ..common.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
 from .generate import Sampling, generate_codes
 from .loader import IndexTTS2Bundle
-from .text import TextTokenizer
+from .text import TextTokenizer, split_segments
 
 SAMPLE_RATE = 22050
 MAX_REFERENCE_SECONDS = 15.0            # upstream's _load_and_cut_audio
@@ -58,9 +59,10 @@ MB = 1 << 20
 class IndexTTS2Engine(Engine):
     engine_id = "indextts2"
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto", "en", "zh"), cloning="required",
-                                max_chunk_chars=200, reference_seconds=(0.5, 60.0), reference_rate=SAMPLE_RATE,
+                                reference_seconds=(0.5, 60.0), reference_rate=SAMPLE_RATE,
                                 resampler="soxr_hq")
     PHASED = True
+    join = Join(silence_ms=200)          # infer_v2's interval_silence default between segments
     options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "emotion_reference": dict,
                "emotion_text": str,
                "num_beams": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
@@ -340,6 +342,13 @@ class IndexTTS2Engine(Engine):
 
         return ctx.run("vocoder", [self.vocoder], run, memory=self.vocoder_memory(mel.shape[2]))
 
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None) -> list[str | Segment]:
+        """Upstream's segments: the whole text tokenized, the pieces cut by split_segments (at most 120
+        per segment); the model reads each segment's pieces as they are."""
+        return [Segment(self.tokenizer.sp.DecodePieces(pieces), tuple(pieces))
+                for pieces in split_segments(self.tokenizer.tokenize(text))]
+
     # ---- one chunk -------------------------------------------------------------------------------------------
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         if chunk.reference is None:
@@ -347,7 +356,7 @@ class IndexTTS2Engine(Engine):
         if "cond" not in chunk.cache:
             chunk.cache["cond"] = self.conditioning(ctx, chunk.reference.wav, chunk)
         cond = chunk.cache["cond"]
-        ids = self.tokenizer.encode(chunk.text)
+        ids = self.tokenizer.ids(chunk.tokens) if chunk.tokens is not None else self.tokenizer.encode(chunk.text)
         if not ids:
             return torch.zeros(0)
         n = self.bundle.gpt.config.number_text_tokens
