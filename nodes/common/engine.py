@@ -80,7 +80,6 @@ class Chunk:
 
     text: str
     seed: int                                   # the request's seed + index (mod 2**63)
-    tokens: tuple[str, ...] | None = None       # upstream's tokens of this segment (Segment.tokens), if any
     index: int = 0
     count: int = 1
     language: str = "auto"
@@ -92,6 +91,8 @@ class Chunk:
     options: dict[str, Any] = field(default_factory=dict)    # engine-specific, declared in `Engine.options`
     cache: dict[str, Any] = field(default_factory=dict)      # shared by the chunks of one request (voice prompts)
     progress: Callable[[int, int], None] | None = None       # (done, total) within this chunk
+    tokens: tuple[str, ...] | None = None       # upstream's tokens of this segment (Segment.tokens), if any
+    segmented: bool = False                     # text is a split_text segment, in the form upstream reads it
 
 
 class Engine:

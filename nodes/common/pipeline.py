@@ -223,7 +223,8 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
         for i, text in enumerate(texts):
             ctx.check_cancelled()
             chunk = Chunk(text=text, seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
-                          tokens=segments[i].tokens, language=req.language, voice=req.voice or None, reference=reference,
+                          tokens=segments[i].tokens, segmented=True, language=req.language,
+                          voice=req.voice or None, reference=reference,
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
                           speed=float(req.speed), options=dict(req.options), cache=cache,
                           progress=_within(progress, i, len(texts)))
