@@ -48,7 +48,7 @@ class Declaring(Recorder):
     join = Join(silence_ms=200)
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None) -> list[str | Segment]:
+                   reference_text: str | None = None, language: str = "auto") -> list[str | Segment]:
         assert reference is not None and reference.sample_rate == 8000
         return [Segment("ab", ("a", "b")), f"{reference_text}:{reference.wav.numel()}"]
 

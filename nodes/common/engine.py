@@ -125,10 +125,10 @@ class Engine:
         return self.handles[0].device
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None) -> list[str | Segment]:
-        """The segments read one per request step, as the engine's upstream cuts its input (some
-        upstreams size them by the reference); by default sentence boundaries within `max_chunk_chars`.
-        A segment never rewrites the text it covers."""
+                   reference_text: str | None = None, language: str = "auto") -> list[str | Segment]:
+        """The segments read one per request step, as the engine's upstream cuts its input (some size
+        them by the reference, or end them by the language). By default: sentence boundaries within
+        `max_chunk_chars`, each segment a slice of `text` (split_sentences)."""
         return list(split_sentences(text, self.capabilities.max_chunk_chars))
 
     def text_warnings(self, text: str) -> list[str]:

@@ -208,8 +208,8 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     caps = engine.capabilities
     check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
-    segments = [s if isinstance(s, Segment) else Segment(s)
-                for s in engine.split_text(req.text, reference, req.reference_text or None)]
+    pieces = engine.split_text(req.text, reference, req.reference_text or None, req.language)
+    segments = [s if isinstance(s, Segment) else Segment(s) for s in pieces]
     texts = [s.text for s in segments]
     if not texts:
         raise ValueError(f"text: nothing speakable in {req.text[:40]!r}")

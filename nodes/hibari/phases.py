@@ -50,7 +50,7 @@ class HibariEngine(Engine):
         return frames * (SPEC_BINS * 8 * 8 + 300 * 4 * 8) + (1 << 20)
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None) -> list[str]:
+                   reference_text: str | None = None, language: str = "auto") -> list[str]:
         return self.voice.chunks(text)
 
     def text_warnings(self, text: str) -> list[str]:
