@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,7 +49,8 @@ class Declaring(Recorder):
     join = Join(silence_ms=200)
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None, language: str = "auto") -> list[str | Segment]:
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
         assert reference is not None and reference.sample_rate == 8000
         return [Segment("ab", ("a", "b")), f"{reference_text}:{reference.wav.numel()}"]
 
@@ -75,8 +77,8 @@ def test_crossfade_join_is_f5s_linear_fade():
     a, b = torch.ones(40), torch.full((30,), 3.0)
     out = join_waves([a, b], Join(crossfade_s=0.15), rate)       # 15 samples overlap
     assert out.numel() == 40 + 30 - 15
-    fade_in = torch.linspace(0, 1, 15, dtype=torch.float64)
-    assert torch.equal(out[25:40], ((1 - fade_in) * 1 + fade_in * 3).float())
+    fade_in = torch.from_numpy(np.linspace(0, 1, 15))
+    assert torch.equal(out[25:40], (torch.from_numpy(np.linspace(1, 0, 15)) * 1 + fade_in * 3).float())
     assert torch.equal(out[:25], a[:25]) and torch.equal(out[40:], b[15:])
     short = join_waves([torch.ones(5), b], Join(crossfade_s=0.15), rate)   # overlap limited by the shorter
     assert short.numel() == 30

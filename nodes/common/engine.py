@@ -125,9 +125,10 @@ class Engine:
         return self.handles[0].device
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None, language: str = "auto") -> list[str | Segment]:
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
         """The segments read one per request step, as the engine's upstream cuts its input (some size
-        them by the reference, or end them by the language). By default: sentence boundaries within
+        them by the reference and speed, or end them by the language). By default: sentence boundaries within
         `max_chunk_chars`, each segment a slice of `text` (split_sentences)."""
         return list(split_sentences(text, self.capabilities.max_chunk_chars))
 

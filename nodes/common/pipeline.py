@@ -208,7 +208,8 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     caps = engine.capabilities
     check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
-    pieces = engine.split_text(req.text, reference, req.reference_text or None, req.language)
+    pieces = engine.split_text(req.text, reference, req.reference_text or None, req.language,
+                               float(req.speed))
     segments = [s if isinstance(s, Segment) else Segment(s) for s in pieces]
     texts = [s.text for s in segments]
     if not texts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -60,7 +61,7 @@ def _crossfade(waves: Sequence[Tensor], samples: int) -> Tensor:
         if n <= 0:
             out = torch.cat([out, nxt])
             continue
-        mixed = out[-n:] * torch.linspace(1, 0, n, dtype=torch.float64) \
-            + nxt[:n] * torch.linspace(0, 1, n, dtype=torch.float64)
+        # numpy's linspace, not torch's: their last bits differ
+        mixed = out[-n:] * torch.from_numpy(np.linspace(1, 0, n)) + nxt[:n] * torch.from_numpy(np.linspace(0, 1, n))
         out = torch.cat([out[:-n], mixed, nxt[n:]])
     return out.float()

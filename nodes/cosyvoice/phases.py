@@ -225,7 +225,8 @@ class CosyVoiceEngine(Engine):
         return chunk.text if chunk.segmented else normalize_text(chunk.text)
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None, language: str = "auto") -> list[str | Segment]:
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
         """Upstream's text_normalize(split=True): normalised, then split_paragraph (80/60/20)."""
         return list(split_segments(text, self.tokenizer.encode))
 

@@ -244,7 +244,8 @@ class GPTSoVITSEngine(Engine):
         return s
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None, language: str = "auto") -> list[str | Segment]:
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
         """Upstream's segments: TextPreprocessor.pre_seg_text with api_v2's default method, cut5 (its
         empty segments dropped: upstream's preprocess skips a segment with no normalised text)."""
         segments = [s for s in pre_seg_text(text, language) if s]

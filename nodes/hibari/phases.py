@@ -50,7 +50,8 @@ class HibariEngine(Engine):
         return frames * (SPEC_BINS * 8 * 8 + 300 * 4 * 8) + (1 << 20)
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None, language: str = "auto") -> list[str]:
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str]:
         return self.voice.chunks(text)
 
     def text_warnings(self, text: str) -> list[str]:

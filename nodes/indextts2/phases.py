@@ -343,7 +343,8 @@ class IndexTTS2Engine(Engine):
         return ctx.run("vocoder", [self.vocoder], run, memory=self.vocoder_memory(mel.shape[2]))
 
     def split_text(self, text: str, reference: Reference | None = None,
-                   reference_text: str | None = None, language: str = "auto") -> list[str | Segment]:
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
         """Upstream's segments: the whole text tokenized, the pieces cut by split_segments (at most 120
         per segment); the model reads each segment's pieces as they are."""
         return [Segment(self.tokenizer.sp.DecodePieces(pieces), tuple(pieces))
