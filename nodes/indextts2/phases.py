@@ -45,7 +45,7 @@ from ..common.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
 from .generate import Sampling, generate_codes
 from .loader import IndexTTS2Bundle
-from .text import TextTokenizer, split_segments
+from .text import MAX_SEGMENT_TOKENS, TextTokenizer, split_segments
 
 SAMPLE_RATE = 22050
 MAX_REFERENCE_SECONDS = 15.0            # upstream's _load_and_cut_audio
@@ -63,6 +63,7 @@ class IndexTTS2Engine(Engine):
                                 resampler="soxr_hq")
     PHASED = True
     join = Join(silence_ms=200)          # infer_v2's interval_silence default between segments
+    max_segment_tokens = MAX_SEGMENT_TOKENS   # infer_v2's max_text_tokens_per_segment default
     options = {**{name: float for name in EMOTIONS}, "emotion_alpha": float, "emotion_reference": dict,
                "emotion_text": str,
                "num_beams": int, "temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
@@ -346,9 +347,9 @@ class IndexTTS2Engine(Engine):
                    reference_text: str | None = None, language: str = "auto",
                    speed: float = 1.0) -> list[str | Segment]:
         """Upstream's segments: the whole text tokenized, the pieces cut by split_segments (at most 120
-        per segment); the model reads each segment's pieces as they are."""
+        per segment by default); the model reads each segment's pieces as they are."""
         return [Segment(self.tokenizer.sp.DecodePieces(pieces), tuple(pieces))
-                for pieces in split_segments(self.tokenizer.tokenize(text))]
+                for pieces in split_segments(self.tokenizer.tokenize(text), self.max_segment_tokens)]
 
     # ---- one chunk -------------------------------------------------------------------------------------------
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:

@@ -40,7 +40,8 @@ def test_split_segments_equals_upstream(case):
 @pytest.mark.parametrize("case", FIXTURE["texts"], ids=lambda c: c["text"][:24])
 def test_split_text_equals_upstream(tokenizer, case):
     assert tokenizer.tokenize(case["text"]) == case["tokens"]
-    segments = IndexTTS2Engine.split_text(types.SimpleNamespace(tokenizer=tokenizer), case["text"])
+    me = types.SimpleNamespace(tokenizer=tokenizer, max_segment_tokens=IndexTTS2Engine.max_segment_tokens)
+    segments = IndexTTS2Engine.split_text(me, case["text"])
     assert all(isinstance(s, Segment) for s in segments)
     assert [list(s.tokens) for s in segments] == case["segments"]
     # the model reads upstream's ids of each segment's pieces
