@@ -2,8 +2,8 @@
 
 An engine is a loaded checkpoint registered with a ModelManager: its components (`handles`) and
 one chunk of speech at a time inside a request context. Everything engines share (validation
-against the declaration, sentence chunks, seed + i for chunk i, progress, interrupt,
-concatenation, the AUDIO dict, meta) lives in `pipeline.py`.
+against the declaration, seed + i for chunk i, progress, interrupt, the AUDIO dict, meta) lives in
+`pipeline.py`; how the text is cut and the audio joined is the engine's upstream's (`split_text`, `join`).
 
     class MyEngine(Engine):
         engine_id = "my_engine"
@@ -48,7 +48,7 @@ class Capabilities:
     transcript: Need = "none"                   # the reference's transcript, when a reference is given
     instruction: bool = False                   # a free-text instruction (style, voice design)
     speed: tuple[float, float] = (1.0, 1.0)     # speaking-rate range; (1, 1): no rate control
-    max_chunk_chars: int = 250                  # text per chunk (split at sentence boundaries)
+    max_chunk_chars: int = 250                  # text per chunk of the default split_text (sentence ends)
     reference_seconds: tuple[float, float] = (0.5, 60.0)  # accepted reference length
     reference_rate: int | None = None           # rate the reference is resampled to before the engine sees it
     resampler: str = "soxr_hq"                  # how (audio.resample): what the engine's upstream uses
