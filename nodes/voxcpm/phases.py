@@ -32,7 +32,8 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Reference
+from ..common.segments import Segment
 from ..common.transformer import kv_position_bytes
 from .generate import ATTENTION_BLOCK, Sampling, build_prompt, decode_latents, encode_audio, generate
 from .loader import VoxCPMBundle
@@ -54,11 +55,18 @@ def layer_memory(tokens: int, c, size: int) -> int:
 class VoxCPMEngine(Engine):
     engine_id = "voxcpm"
     capabilities = Capabilities(sample_rate=48000, languages=LANGUAGES, cloning="optional", transcript="optional",
-                                instruction=True, max_chunk_chars=300, reference_seconds=(0.5, 60.0),
+                                instruction=True, reference_seconds=(0.5, 60.0),
                                 reference_rate=16000, resampler="soxr_hq")
     PHASED = True
     options = {"inference_timesteps": int, "cfg_value": float, "min_len": int, "max_len": int, "retry_badcase": bool,
                "retry_badcase_max_times": int, "retry_badcase_ratio_threshold": float}   # Sampling's fields
+
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream (VoxCPM._generate, src/voxcpm/core.py) generates the whole text in one call, its
+        whitespace collapsed (done in speak_chunk): one segment."""
+        return [text]
 
     def __init__(self, bundle: VoxCPMBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None,

@@ -234,3 +234,9 @@ def test_units_fixed_part_and_pinned_embedding(engine):
     speak(engine)
     convs = [m for m in engine.bundle.vae.modules() if hasattr(m, "weight_g")]
     assert convs and all(hasattr(m, "weight_v") and not hasattr(m, "weight") for m in convs)   # normed in forward
+
+
+def test_the_whole_text_is_one_segment_as_upstream_generates_it():
+    from mizuoto.nodes.voxcpm.phases import VoxCPMEngine
+    text = "今天天气很好。我们去公园散步吧！\nHello there. " * 30        # 900 characters: still one call upstream
+    assert VoxCPMEngine.split_text(None, text) == [text]
