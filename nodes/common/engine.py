@@ -2,8 +2,8 @@
 
 An engine is a loaded checkpoint registered with a ModelManager: its components (`handles`) and
 one chunk of speech at a time inside a request context. Everything engines share (validation
-against the declaration, sentence chunks, seed + i for chunk i, progress, interrupt,
-concatenation, the AUDIO dict, meta) lives in `pipeline.py`.
+against the declaration, seed + i for chunk i, progress, interrupt, the AUDIO dict, meta) lives in
+`pipeline.py`; how the text is cut and the audio joined is the engine's upstream's (`split_text`, `join`).
 
     class MyEngine(Engine):
         engine_id = "my_engine"
@@ -33,6 +33,7 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from .audio import check_audio
+from .segments import Join, Segment
 from .text import split_sentences
 
 Need = Literal["none", "optional", "required"]
@@ -140,7 +141,7 @@ class Capabilities:
     transcript: Need = "none"                   # the reference's transcript, when a reference is given
     instruction: bool = False                   # a free-text instruction (style, voice design)
     speed: tuple[float, float] = (1.0, 1.0)     # speaking-rate range; (1, 1): no rate control
-    max_chunk_chars: int = 250                  # text per chunk (split at sentence boundaries)
+    max_chunk_chars: int = 250                  # text per chunk of the default split_text (sentence ends)
     reference_seconds: tuple[float, float] = (0.5, 60.0)  # accepted reference length
     reference_rate: int | None = None           # rate the reference is resampled to before the engine sees it
     resampler: str = "soxr_hq"                  # how (audio.resample): what the engine's upstream uses
@@ -189,6 +190,8 @@ class Chunk:
     options: dict[str, Any] = field(default_factory=dict)    # engine-specific, declared in `Engine.options`
     cache: dict[str, Any] = field(default_factory=dict)      # shared by the chunks of one request (voice prompts)
     progress: Callable[[int, int], None] | None = None       # (done, total) within this chunk
+    tokens: tuple[str, ...] | None = None       # upstream's tokens of this segment (Segment.tokens), if any
+    segmented: bool = False                     # text is a split_text segment, in the form upstream reads it
 
 
 class Engine:
@@ -205,6 +208,7 @@ class Engine:
     # The KV cache layout of the upstream implementation (what compute.kv_cache = auto uses): where the
     # layouts round differently, the default must be the upstream-exact one.
     UPSTREAM_KV_CACHE: ClassVar[str] = "dynamic"
+    join: ClassVar[Join] = Join()               # what upstream puts between segments' audio
 
     def __init__(self, manager: ModelManager, handles: list[ModelHandle], device: torch.device | str = "cpu",
                  name: str | None = None) -> None:
@@ -226,9 +230,13 @@ class Engine:
         """The checked option `name` of this chunk, else its declared default."""
         return chunk.options.get(name, self.options[name].default)
 
-    def split_text(self, text: str) -> list[str]:
-        """The chunks read one per request step (sentence boundaries within `max_chunk_chars`)."""
-        return split_sentences(text, self.capabilities.max_chunk_chars)
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """The segments read one per request step, as the engine's upstream cuts its input (some size
+        them by the reference and speed, or end them by the language). By default: sentence boundaries within
+        `max_chunk_chars`, each segment a slice of `text` (split_sentences)."""
+        return list(split_sentences(text, self.capabilities.max_chunk_chars))
 
     def kv_cache(self, ctx: RequestContext) -> str:
         """The request's KV cache layout, "dynamic" or "static"; one that is not upstream's is named in

@@ -7,9 +7,9 @@ Per request: the inputs are checked against the engine's declared `Capabilities`
 speed, reference audio and transcript, instruction) and engine options against their declared
 `Option` ranges before any model runs; the reference audio is checked once (rate, finite samples,
 integer PCM scaled, length, level: silence refused, past full scale scaled to peak 1) and resampled the
-way the engine's upstream does; the text is split at sentence boundaries within the engine's limit;
+way the engine's upstream does; the text is split as the engine's upstream splits it (`Engine.split_text`);
 chunk i runs with seed + i (the request's generator re-seeded), ComfyUI's progress and interrupt per
-chunk, inside one runtime request (one `meta`); the chunks are concatenated. After the request the
+chunk, inside one runtime request (one `meta`); the chunks are joined as upstream joins them (`Engine.join`). After the request the
 runtime service runs its upkeep; after an OOM failure it unloads idle models, as ComfyUI does.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from torch import Tensor
 from ...runtime.oom import is_oom
 from .audio import check_level, check_rate, check_samples, resample, to_mono
 from .engine import Capabilities, Chunk, Engine, Option, Reference
+from .segments import Segment, join_waves
 
 log = logging.getLogger("mizuoto")
 
@@ -223,7 +224,10 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     caps = engine.capabilities
     options = check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
-    texts = engine.split_text(req.text)
+    pieces = engine.split_text(req.text, reference, req.reference_text or None, req.language,
+                               float(req.speed))
+    segments = [s if isinstance(s, Segment) else Segment(s) for s in pieces]
+    texts = [s.text for s in segments]
     if not texts:
         raise ValueError(f"text: nothing speakable in {req.text[:40]!r}")
     warnings = engine.text_warnings(req.text)
@@ -236,7 +240,8 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
         for i, text in enumerate(texts):
             ctx.check_cancelled()
             chunk = Chunk(text=text, seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
-                          language=req.language, voice=req.voice or None, reference=reference,
+                          tokens=segments[i].tokens, segmented=True, language=req.language,
+                          voice=req.voice or None, reference=reference,
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
                           speed=float(req.speed), options=dict(options), cache=cache,
                           progress=_within(progress, i, len(texts)))
@@ -248,4 +253,5 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
             out.append(wav.reshape(-1).float().cpu())
             if progress is not None:
                 progress(i + 1, len(texts))
-    return torch.cat(out), {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate, "warnings": warnings}
+    wav = join_waves(out, engine.join, caps.sample_rate)
+    return wav, {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate, "warnings": warnings}

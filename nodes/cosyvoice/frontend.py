@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 
 from ..common.checkpoint import load_json, read_text_bounded, tokenizer_errors
@@ -147,3 +148,60 @@ def only_punctuation(text: str) -> bool:
     return all(unicodedata.category(c)[0] in "PSZ" for c in text)
 
 
+
+
+# ---- segments (upstream's text_normalize(split=True) and frontend_utils.split_paragraph) ---------------------
+
+def split_paragraph(text: str, tokenize: Callable[[str], list[int]], lang: str = "zh", token_max_n: int = 80,
+                    token_min_n: int = 60, merge_len: int = 20, comma_split: bool = False) -> list[str]:
+    """Upstream's split_paragraph, step for step: cut after sentence punctuation (a closing quote
+    follows its mark), pack up to `token_max_n` (characters for zh, text tokens otherwise) once a
+    segment has more than `token_min_n`, and merge a last segment shorter than `merge_len`."""
+    def length(t: str) -> int:
+        return len(t) if lang == "zh" else len(tokenize(t))
+
+    marks = ["。", "？", "！", "；", "：", "、", ".", "?", "!", ";"] if lang == "zh" else [".", "?", "!", ";", ":"]
+    if comma_split:
+        marks += ["，", ","]
+    if text[-1] not in marks:
+        text += "。" if lang == "zh" else "."
+    start, utts = 0, []
+    for i, c in enumerate(text):
+        if c in marks:
+            if len(text[start:i]) > 0:
+                utts.append(text[start:i] + c)
+            if i + 1 < len(text) and text[i + 1] in ['"', "”"]:
+                # upstream pops the last sentence even when none was appended (it raises there: kept as text)
+                utts.append((utts.pop(-1) if utts else "") + text[i + 1])
+                start = i + 2
+            else:
+                start = i + 1
+    final, current = [], ""
+    for utt in utts:
+        if length(current + utt) > token_max_n and length(current) > token_min_n:
+            final.append(current)
+            current = ""
+        current = current + utt
+    if len(current) > 0:
+        if length(current) < merge_len and len(final) != 0:
+            final[-1] = final[-1] + current
+        else:
+            final.append(current)
+    return final
+
+
+def split_segments(text: str, tokenize: Callable[[str], list[int]]) -> list[str]:
+    """Upstream's `text_normalize(text, split=True)` with no text front-end installed: the segments the
+    LM reads, already normalised (Chinese rules, then split_paragraph by characters; other text split by
+    text tokens), those of punctuation only dropped. Numbers are not spelled out (upstream's inflect)."""
+    if "<|" in text and "|>" in text:
+        return [text]
+    text = text.strip()
+    if not text:
+        return []
+    if contains_chinese(text):
+        parts = split_paragraph(normalize_text(text), tokenize, "zh")
+    else:
+        parts = split_paragraph(text, tokenize, "en")
+    # upstream's is_only_punctuation: `^[\p{P}\p{S}]*$` (a space is not punctuation there)
+    return [p for p in parts if not all(unicodedata.category(c)[0] in "PS" for c in p)]

@@ -1,7 +1,7 @@
 """CosyVoice 2 / 3 on the runtime: five components, four phases per chunk.
 
     engine = CosyVoiceEngine(load_cosyvoice(folder), manager, device="cuda")
-    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per sentence chunk
+    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per segment (split_text: upstream's text_normalize)
 
 Phases:
 - "prompt" (oneshot, once per request; the result is kept in `chunk.cache`): the reference's S3 speech
@@ -31,10 +31,11 @@ from torch import Tensor
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
 from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Reference
+from ..common.segments import Segment
 from ..common.transformer import kv_position_bytes
 from ..common.mel import kaldi_fbank, matcha_mel, whisper_log_mel
-from .frontend import ENDOFPROMPT, V3_SYSTEM, TextTokenizer, normalize_text, only_punctuation
+from .frontend import ENDOFPROMPT, V3_SYSTEM, TextTokenizer, normalize_text, only_punctuation, split_segments
 from .loader import QWEN_DIR, CosyVoiceBundle
 from ..common.sampling import ras_sample
 
@@ -48,7 +49,7 @@ MB = 1 << 20
 class CosyVoiceEngine(Engine):
     engine_id = "cosyvoice"
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto",), cloning="optional",
-                                transcript="optional", instruction=True, speed=(0.5, 2.0), max_chunk_chars=200,
+                                transcript="optional", instruction=True, speed=(0.5, 2.0),
                                 reference_seconds=(0.5, 30.0), resampler="torchaudio_sinc")
     PHASED = True
 
@@ -217,9 +218,21 @@ class CosyVoiceEngine(Engine):
         return ctx.run("vocoder", [self.hift_handle], run, memory=self.vocoder_memory(mel.shape[2]))
 
     # ---- one chunk -------------------------------------------------------------------------------------------
+    @staticmethod
+    def lm_text(chunk: Chunk) -> str:
+        """The chunk's text as the LM reads it: split_text's segments are normalised already (normalising
+        twice would strip a segment's leading space or turn its final "、" into "。")."""
+        return chunk.text if chunk.segmented else normalize_text(chunk.text)
+
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream's text_normalize(split=True): normalised, then split_paragraph (80/60/20)."""
+        return list(split_segments(text, self.tokenizer.encode))
+
     def llm_texts(self, chunk: Chunk, has_prompt_speech: bool) -> tuple[str, str, bool]:
         """(text, prompt text, use the prompt's speech tokens in the LM) for the chunk's mode."""
-        text = normalize_text(chunk.text)
+        text = self.lm_text(chunk)
         v3 = self.version == 3
         if chunk.instruction:
             instruction = chunk.instruction.strip()
@@ -257,7 +270,7 @@ class CosyVoiceEngine(Engine):
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         prompt = self.voice_prompt(ctx, chunk)
-        if only_punctuation(normalize_text(chunk.text)):
+        if only_punctuation(self.lm_text(chunk)):
             return torch.zeros(0)          # upstream drops chunks that are only punctuation
         text, prompt_text, use_speech = self.llm_texts(chunk, chunk.reference is not None)
         text_ids = self.ids(text)

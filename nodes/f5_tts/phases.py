@@ -29,10 +29,11 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.fallbacks import tiled_1d
-from ..common.engine import Capabilities, Chunk, Engine, Option
+from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..common.segments import Join, Segment
 from .loader import F5Bundle
 from .sample import FlowSettings, sample, total_frames
-from .text import reference_prompt
+from .text import batch_bytes, chunk_text, reference_prompt
 
 TARGET_RMS = 0.1
 SHORT_TEXT_BYTES = 10     # upstream reads texts shorter than this at speed 0.3
@@ -54,7 +55,6 @@ class F5TTSEngine(Engine):
     capabilities = Capabilities(
         sample_rate=24000, languages=("auto", "en", "zh"), cloning="required", transcript="required",
         speed=(0.3, 2.0),                   # upstream's Gradio slider
-        max_chunk_chars=135,                # upstream's chunk_text default (it sizes chunks by UTF-8 bytes)
         reference_seconds=(0.5, 15.0),      # upstream clips references to ~12 s of speech
         reference_rate=24000, resampler="torchaudio_sinc")
     PHASED = True
@@ -64,6 +64,16 @@ class F5TTSEngine(Engine):
                "cfg_strength": Option(float, FlowSettings.cfg_strength, 0.0, 20.0),
                "sway_sampling_coef": Option(float, FlowSettings.sway_sampling_coef, -1.0, 1.0),
                "method": Option(str, FlowSettings.method, choices=("euler", "midpoint"))}
+    join = Join(crossfade_s=0.15)       # infer_batch_process's cross_fade_duration default
+
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream's batches (infer_process): chunk_text with a byte budget from the reference's length
+        and transcript and the speed; without a reference, chunk_text's default (135 bytes)."""
+        if reference is None or not reference_text:
+            return list(chunk_text(text))
+        return list(chunk_text(text, batch_bytes(reference_text, reference.seconds, speed)))
 
     def __init__(self, bundle: F5Bundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:

@@ -36,14 +36,51 @@ def is_chinese(c: str) -> bool:
     return "\u3100" <= c <= "\u9fff"
 
 
+def prepared_transcript(ref_text: str) -> str:
+    """preprocess_ref_audio_text's transcript: ends with ". " (or "。")."""
+    if not ref_text.endswith(". ") and not ref_text.endswith("。"):
+        ref_text += " " if ref_text.endswith(".") else ". "
+    return ref_text
+
+
 def reference_prompt(ref_text: str) -> str:
     """The transcript as upstream feeds it: ends with ". " (or "。"), then one more space after an
     ASCII last character (preprocess_ref_audio_text, then infer_batch_process)."""
-    if not ref_text.endswith(". ") and not ref_text.endswith("。"):
-        ref_text += " " if ref_text.endswith(".") else ". "
+    ref_text = prepared_transcript(ref_text)
     if len(ref_text[-1].encode("utf-8")) == 1:
         ref_text += " "
     return ref_text
+
+
+# chunk_text's sentence ends: ASCII marks before whitespace (dropped), CJK marks anywhere.
+_SENTENCE_END = re.compile(r"(?<=[;:,.!?])\s+|(?<=[；：，。！？])")
+MAX_SECONDS = 22          # infer_process sizes batches so reference + batch last about 22 s
+
+
+def batch_bytes(ref_text: str, ref_seconds: float, speed: float) -> int:
+    """infer_process's max_chars: the reference's UTF-8 bytes per second (its prepared transcript) times
+    the seconds left of MAX_SECONDS, times the speed."""
+    return int(len(prepared_transcript(ref_text).encode("utf-8")) / ref_seconds * (MAX_SECONDS - ref_seconds) * speed)
+
+
+def chunk_text(text: str, max_chars: int = 135) -> list[str]:
+    """Upstream's chunk_text, step for step: sentences packed while their UTF-8 bytes fit `max_chars`, a
+    space after each sentence ending in a one-byte character (so "a.\nb." reads "a. b."), edges stripped."""
+    chunks: list[str] = []
+    current = ""
+    for sentence in _SENTENCE_END.split(text):
+        if not sentence:
+            continue
+        piece = sentence + " " if len(sentence[-1].encode("utf-8")) == 1 else sentence
+        if len(current.encode("utf-8")) + len(sentence.encode("utf-8")) <= max_chars:
+            current += piece
+        else:
+            if current:
+                chunks.append(current.strip())
+            current = piece
+    if current:
+        chunks.append(current.strip())
+    return chunks
 
 
 def read_vocab(path: str | os.PathLike) -> dict[str, int]:

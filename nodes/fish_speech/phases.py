@@ -25,7 +25,8 @@ from torch import Tensor
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
 from ..common.decode import frames_estimate
-from ..common.engine import Capabilities, Chunk, Engine, Option
+from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..common.segments import Segment
 from ..common.transformer import kv_position_bytes
 from .generate import S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
 from .loader import FishBundle
@@ -40,7 +41,7 @@ MB = 1 << 20
 class FishSpeechEngine(Engine):
     engine_id = "fish_speech"
     capabilities = Capabilities(sample_rate=44100, languages=LANGUAGES, cloning="optional", transcript="required",
-                                max_chunk_chars=300, reference_seconds=(0.5, 60.0), reference_rate=44100,
+                                reference_seconds=(0.5, 60.0), reference_rate=44100,
                                 resampler="torchaudio_sinc")
     # upstream's defaults and ranges (generate.Sampling.validate); max_new_tokens to twice the largest
     # context (8192) at most: the model stops at its own context anyway
@@ -125,6 +126,14 @@ class FishSpeechEngine(Engine):
 
     sampling = Sampling
     prompt_builder = staticmethod(build_prompt)
+
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream reads the whole text at once: S1's generate_long (fish-speech 0.1.0) puts it in one
+        TextPart; S2's (head) makes one batch of it unless speaker turns exceed 5 or chunk_length bytes
+        (those later batches see the earlier ones' codes: not reproduced, the text stays one segment)."""
+        return [text]
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         s = self.sampling(**{k: v for k, v in chunk.options.items() if v is not None})

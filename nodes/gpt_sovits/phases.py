@@ -34,16 +34,17 @@ from torch import Tensor
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import make_cache, peak_bytes
 from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine, Option
+from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..common.segments import Segment
 from . import chinese, english, frontend
 from .g2pw import G2PW, read_polyphonic
 from .loader import BERT_DIR, GPTSoVITS
 from .sovits import linear_spectrogram
 from .speaker import fbank
+from .cut import SPLITS, pre_seg_text
 from .t2s import HZ, MAX_TOKENS, T2SSampling, generate
 
 SAMPLE_RATE = 32000
-SPLITS = set("，。？！,.?!~:：—…")
 CJK = re.compile(r"[\u4e00-\u9fff]")
 FRAGMENT_INTERVAL = 0.3
 MB = 1 << 20
@@ -54,7 +55,7 @@ class GPTSoVITSEngine(Engine):
     capabilities = Capabilities(
         sample_rate=SAMPLE_RATE, languages=("en", "zh"), cloning="required", transcript="required",
         speed=(0.6, 1.65),                  # upstream's WebUI slider
-        max_chunk_chars=200, reference_seconds=(3.0, 10.0),   # upstream refuses references outside 3-10 s
+        reference_seconds=(3.0, 10.0),   # upstream refuses references outside 3-10 s
         reference_rate=SAMPLE_RATE, resampler="torchaudio_sinc")
     PHASED = True
     # upstream's defaults (T2SSampling); ranges a little past its web UI's sliders (top_k 1-100, top_p and
@@ -237,8 +238,21 @@ class GPTSoVITSEngine(Engine):
     def sampling(self, chunk: Chunk) -> T2SSampling:
         return T2SSampling(**{name: self.option(chunk, name) for name in self.options})   # checked: options
 
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream's segments: TextPreprocessor.pre_seg_text with api_v2's default method, cut5 (its
+        empty segments dropped: upstream's preprocess skips a segment with no normalised text)."""
+        segments = [s for s in pre_seg_text(text, language) if s]
+        if not segments:                            # upstream's filter_text raises too
+            raise GPTSoVITSEngine.nothing_to_read("the text", text, language)
+        return segments
+
     def chunk_text(self, chunk: Chunk) -> str:
-        """TextPreprocessor.pre_seg_text for one segment: a leading "." for a short first segment, a final "."."""
+        """A split_text segment as it is; other text (speak_chunk called directly) as pre_seg_text ends
+        one segment: a leading stop for a short first sentence, a final stop."""
+        if chunk.segmented:
+            return chunk.text
         text = chunk.text.strip("\n")
         first = re.split("[" + "".join(re.escape(c) for c in SPLITS) + "]", text)[0].strip()
         stop = "." if chunk.language == "en" else "。"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Reference
 from .engine import SAMPLE_RATE, SPEED_RANGE, HibariVoice
 from .g2p import MAX_PHONEMES
 from .model import SPEC_BINS, SPEC_PARTS
@@ -49,7 +49,9 @@ class HibariEngine(Engine):
         """The DSP holds a few complex spectra [601, F] and the waveform at 300 samples per frame."""
         return frames * (SPEC_BINS * 8 * 8 + 300 * 4 * 8) + (1 << 20)
 
-    def split_text(self, text: str) -> list[str]:
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str]:
         return self.voice.chunks(text)
 
     def text_warnings(self, text: str) -> list[str]:

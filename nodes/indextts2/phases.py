@@ -1,7 +1,7 @@
 """IndexTTS 2 on the runtime: seven components, four phases per chunk.
 
     engine = IndexTTS2Engine(load_indextts2(folder), manager, device="cuda")
-    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per sentence chunk
+    # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per segment (split_text: upstream's 120-token segments)
 
 Phases:
 - "conditioning" (once per request, kept in `chunk.cache`): the reference at 22.05 kHz (soxr, cut to
@@ -40,12 +40,13 @@ from ...runtime.lm.cache import peak_bytes
 from ..common.audio import check_level, check_rate, check_samples, resample, to_mono
 from ..common.decode import frames_estimate
 from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..common.segments import Join, Segment
 from ..common.w2v_bert import seamless_features
 from ..common.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
 from .generate import Sampling, generate_codes
 from .loader import IndexTTS2Bundle
-from .text import TextTokenizer
+from .text import MAX_SEGMENT_TOKENS, TextTokenizer, split_segments
 
 SAMPLE_RATE = 22050
 MAX_REFERENCE_SECONDS = 15.0            # upstream's _load_and_cut_audio
@@ -59,8 +60,10 @@ MB = 1 << 20
 class IndexTTS2Engine(Engine):
     engine_id = "indextts2"
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=("auto", "en", "zh"), cloning="required",
-                                max_chunk_chars=200, reference_seconds=(0.5, 60.0))   # kept at its rate: see conditioning
+                                reference_seconds=(0.5, 60.0))   # kept at its own rate: see conditioning
     PHASED = True
+    join = Join(silence_ms=200)          # infer_v2's interval_silence default between segments
+    max_segment_tokens = MAX_SEGMENT_TOKENS   # infer_v2's max_text_tokens_per_segment default
     # upstream's defaults (generate.Sampling, infer_v2); ranges about its web UI's sliders (emotion weights
     # 0-1, beams 1-10 (2 at least here: beam sampling), temperature 0.1-2, top_k 0-100, repetition penalty
     # 0.1-20, max_mel_tokens up to the checkpoints' 1815), widened where a larger value costs no more work
@@ -341,6 +344,14 @@ class IndexTTS2Engine(Engine):
 
         return ctx.run("vocoder", [self.vocoder], run, memory=self.vocoder_memory(mel.shape[2]))
 
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream's segments: the whole text tokenized, the pieces cut by split_segments (at most 120
+        per segment by default); the model reads each segment's pieces as they are."""
+        return [Segment(self.tokenizer.sp.DecodePieces(pieces), tuple(pieces))
+                for pieces in split_segments(self.tokenizer.tokenize(text), self.max_segment_tokens)]
+
     # ---- one chunk -------------------------------------------------------------------------------------------
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         if chunk.reference is None:
@@ -348,7 +359,7 @@ class IndexTTS2Engine(Engine):
         if "cond" not in chunk.cache:
             chunk.cache["cond"] = self.conditioning(ctx, chunk.reference, chunk)
         cond = chunk.cache["cond"]
-        ids = self.tokenizer.encode(chunk.text)
+        ids = self.tokenizer.ids(chunk.tokens) if chunk.tokens is not None else self.tokenizer.encode(chunk.text)
         if not ids:
             return torch.zeros(0)
         n = self.bundle.gpt.config.number_text_tokens

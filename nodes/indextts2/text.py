@@ -59,8 +59,64 @@ class TextTokenizer:
         return self.sp.GetPieceSize()
 
     def encode(self, text: str) -> list[int]:
+        return self.ids(self.tokenize(text))
+
+    def tokenize(self, text: str) -> list[str]:
+        """The BPE pieces of `text` (upstream's TextTokenizer.tokenize)."""
         if not text:
             return []
         if len(text.strip()) == 1:         # upstream encodes a single character as it is
-            return list(self.sp.Encode(text))
-        return list(self.sp.Encode(normalize(text)))
+            return list(self.sp.Encode(text, out_type=str))
+        return list(self.sp.Encode(normalize(text), out_type=str))
+
+    def ids(self, pieces: list[str] | tuple[str, ...]) -> list[int]:
+        return [self.sp.PieceToId(p) for p in pieces]
+
+
+# Upstream's TextTokenizer.punctuation_marks_tokens: the pieces a segment may end on.
+SEGMENT_END_TOKENS = (".", "!", "?", "▁.", "▁?", "▁...")
+MAX_SEGMENT_TOKENS = 120       # infer_v2.IndexTTS2.infer's max_text_tokens_per_segment default
+
+
+def split_segments(tokens: list[str], max_tokens: int = MAX_SEGMENT_TOKENS,
+                   split_tokens: tuple[str, ...] = SEGMENT_END_TOKENS,
+                   quick_streaming_tokens: int = 0) -> list[list[str]]:
+    """Upstream's TextTokenizer.split_segments_by_token, step for step (its quirks included: the "'"
+    after a segment end is appended to that segment and still read again by the next one, since
+    `i += 1` does not advance a for loop): cut at `split_tokens`, then at commas or "-" inside an
+    over-long run, then hard at `max_tokens`; neighbours are merged while they fit."""
+    if not tokens:
+        return []
+    segments: list[list[str]] = []
+    current: list[str] = []
+    for i, token in enumerate(tokens):
+        current.append(token)
+        if not ("," in split_tokens or "▁," in split_tokens) and ("," in current or "▁," in current):
+            subs = split_segments(current, max_tokens, (",", "▁,"), quick_streaming_tokens)
+        elif "-" not in split_tokens and "-" in current:
+            subs = split_segments(current, max_tokens, ("-",), quick_streaming_tokens)
+        elif len(current) <= max_tokens:
+            if token in split_tokens and len(current) > 2:
+                if i < len(tokens) - 1 and tokens[i + 1] in ("'", "▁'"):
+                    current.append(tokens[i + 1])
+                segments.append(current)
+                current = []
+            continue
+        else:
+            subs = [current[j:j + max_tokens] for j in range(0, len(current), max_tokens)]
+        segments.extend(subs)
+        current = []
+    if current:
+        segments.append(current)
+    merged: list[list[str]] = []
+    total = 0
+    for segment in segments:
+        total += len(segment)
+        if not segment:
+            continue
+        if merged and (len(merged[-1]) + len(segment) <= max_tokens and total > quick_streaming_tokens
+                       or len(merged[-1]) + len(segment) <= max_tokens / 2):
+            merged[-1] = merged[-1] + segment
+        else:
+            merged.append(segment)
+    return merged

@@ -32,7 +32,8 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.engine import Capabilities, Chunk, Engine, Option
+from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..common.segments import Segment
 from ..common.transformer import kv_position_bytes
 from .generate import ATTENTION_BLOCK, Sampling, build_prompt, decode_latents, encode_audio, generate
 from .loader import VoxCPMBundle
@@ -54,7 +55,7 @@ def layer_memory(tokens: int, c, size: int) -> int:
 class VoxCPMEngine(Engine):
     engine_id = "voxcpm"
     capabilities = Capabilities(sample_rate=48000, languages=LANGUAGES, cloning="optional", transcript="optional",
-                                instruction=True, max_chunk_chars=300, reference_seconds=(0.5, 60.0),
+                                instruction=True, reference_seconds=(0.5, 60.0),
                                 reference_rate=16000, resampler="soxr_hq")
     PHASED = True
     UPSTREAM_KV_CACHE = "static"    # upstream's StaticKVCache; the dynamic layout rounds otherwise in bf16
@@ -68,6 +69,13 @@ class VoxCPMEngine(Engine):
                "retry_badcase_max_times": Option(int, Sampling.retry_badcase_max_times, 1, 10),
                "retry_badcase_ratio_threshold": Option(float, Sampling.retry_badcase_ratio_threshold, 0.0, 100.0,
                                                        low_open=True)}
+
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream (VoxCPM._generate, src/voxcpm/core.py) generates the whole text in one call, its
+        whitespace collapsed (done in speak_chunk): one segment."""
+        return [text]
 
     def __init__(self, bundle: VoxCPMBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
 
 import pytest
 import torch
@@ -142,14 +141,12 @@ def test_prompt_is_computed_once_per_request(engine):
         return real(ctx, wav, rate)
 
     engine.prompt = counted
-    caps = engine.capabilities
-    engine.capabilities = replace(caps, max_chunk_chars=10)
+    text = "Hi there. Hey you. " * 12              # past split_paragraph's 80 text tokens: two segments or more
     try:
-        wav, meta = speak(engine, text="Hi there. Hey you.", reference=reference(), reference_text="hello")
+        wav, meta = speak(engine, text=text, reference=reference(), reference_text="hello")
     finally:
         del engine.prompt
-        engine.capabilities = caps
-    assert meta["chunks"] == 2 and len(calls) == 1
+    assert meta["chunks"] >= 2 and len(calls) == 1
 
 
 def test_v3_drops_long_silences():

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def request() -> SpeakRequest:
     t = torch.arange(32000 * 4) / 32000
     wav = 0.3 * torch.sin(2 * torch.pi * 210 * t) * (1 + torch.sin(2 * torch.pi * 2 * t)) / 2
-    text = "今天天气很好，我们去公园散步吧。Hello world! " * 8     # over 200 characters: two chunks
+    text = "今天天气很好我们去公园散步吧。Hello world and a nice day to you!"   # cut5: two segments
     return SpeakRequest(text, seed=9, language="zh",
                         reference={"waveform": wav[None, None], "sample_rate": 32000}, reference_text="你好，朋友",
                         options={"top_k": 20, "temperature": 0.9})

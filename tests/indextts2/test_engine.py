@@ -173,3 +173,22 @@ def test_static_kv_cache_gives_the_same_speech_on_the_cpu(folder, engine):
     b, meta = synthesize(static, request())
     assert meta["applied"]["kv_cache"] == "static"
     assert torch.equal(a, b)          # beam reordering of the preallocated buffers is exact
+
+
+def test_long_text_is_read_in_upstreams_segments_with_200_ms_between(engine, monkeypatch):
+    from mizuoto.nodes.indextts2.text import split_segments
+    text = "你好世界" * 8                  # 40 pieces on the tiny BPE: at most 20 per segment, 20 + 20
+    monkeypatch.setattr(engine, "max_segment_tokens", 20)     # the tiny GPT reads at most 40 text positions
+    heard, waves = [], []
+    real = engine.speak_chunk
+
+    def spy(ctx, chunk):
+        heard.append(chunk.tokens)
+        waves.append(real(ctx, chunk))
+        return waves[-1]
+
+    monkeypatch.setattr(engine, "speak_chunk", spy)
+    wav, meta = synthesize(engine, request(text=text))
+    assert heard == [tuple(s) for s in split_segments(engine.tokenizer.tokenize(text), 20)]
+    assert [len(t) for t in heard] == [20, 20] and meta["chunks"] == 2
+    assert torch.equal(wav, torch.cat([waves[0], torch.zeros(4410), waves[1]]))   # int(22050 * 200 / 1000)

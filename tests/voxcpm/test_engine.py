@@ -249,3 +249,9 @@ def test_strided_linear_takes_torchs_linear_path_for_every_layout(dtype):
     x4 = torch.randn(2, 5, 4, 64, dtype=torch.float64).to(dtype)
     for x in (x4[0, 0], x4[0], x4, x4.transpose(1, 2), x4[:, :, 1:]):
         assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias)), (x.shape, x.stride())
+
+
+def test_the_whole_text_is_one_segment_as_upstream_generates_it():
+    from mizuoto.nodes.voxcpm.phases import VoxCPMEngine
+    text = "今天天气很好。我们去公园散步吧！\nHello there. " * 30        # 900 characters: still one call upstream
+    assert VoxCPMEngine.split_text(None, text) == [text]

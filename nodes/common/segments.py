@@ -1,0 +1,67 @@
+"""How an engine's upstream cuts a request into segments and joins their audio.
+
+`Engine.split_text` returns the segments (plain strings, or `Segment` where upstream segments tokens
+rather than text); `Engine.join` says what upstream puts between consecutive segments' waveforms, and
+the pipeline applies it with `join_waves`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment as upstream reads it. `tokens`: upstream's own tokens when it tokenizes the whole
+    text first and cuts the token list (the model then reads these tokens, not `text` re-tokenized);
+    `text` is what is shown for it."""
+
+    text: str
+    tokens: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Join:
+    """What upstream puts between consecutive segments: `silence_ms` of zeros (int(rate * ms / 1000)
+    samples), or a linear cross-fade over `crossfade_s` seconds (at most the shorter neighbour)."""
+
+    silence_ms: float = 0.0
+    crossfade_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.silence_ms < 0 or self.crossfade_s < 0 or (self.silence_ms and self.crossfade_s):
+            raise ValueError("Join: expected silence_ms >= 0 or crossfade_s >= 0, not both")
+
+
+def join_waves(waves: Sequence[Tensor], join: Join, sample_rate: int) -> Tensor:
+    """Consecutive mono float32 segment waveforms -> one waveform, joined as upstream joins them."""
+    if not waves:
+        return torch.zeros(0)
+    if join.crossfade_s > 0:
+        return _crossfade(waves, int(join.crossfade_s * sample_rate))
+    gap = int(sample_rate * join.silence_ms / 1000.0)
+    parts: list[Tensor] = []
+    for i, wav in enumerate(waves):
+        if i and gap:
+            parts.append(torch.zeros(gap, dtype=wav.dtype))
+        parts.append(wav)
+    return torch.cat(parts)
+
+
+def _crossfade(waves: Sequence[Tensor], samples: int) -> Tensor:
+    # F5-TTS's infer_batch_process: np.linspace fades (float64) over min(samples, both lengths)
+    out = waves[0].double()
+    for nxt in waves[1:]:
+        nxt = nxt.double()
+        n = min(samples, out.numel(), nxt.numel())
+        if n <= 0:
+            out = torch.cat([out, nxt])
+            continue
+        # numpy's linspace, not torch's: their last bits differ
+        mixed = out[-n:] * torch.from_numpy(np.linspace(1, 0, n)) + nxt[:n] * torch.from_numpy(np.linspace(0, 1, n))
+        out = torch.cat([out[:-n], mixed, nxt[n:]])
+    return out.float()
