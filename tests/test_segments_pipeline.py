@@ -57,7 +57,7 @@ class Declaring(Recorder):
 
 def test_split_text_receives_the_reference_and_the_join_is_applied():
     engine = make(Declaring)
-    ref = (torch.zeros(1, 1, 12000), 8000)
+    ref = (torch.full((1, 1, 12000), 0.1), 8000)     # audible: silence is refused as a reference
     wav, meta = synthesize(engine, SpeakRequest("anything", reference=ref, reference_text="hi"))
     assert engine.heard == [("ab", ("a", "b")), ("hi:12000", None)]
     assert meta["chunks"] == 2
