@@ -224,3 +224,20 @@ def test_flow_options_and_quiet_reference(engine):
 def test_requires_reference_and_transcript(engine):
     with pytest.raises(ValueError, match="reference audio and its transcript"):
         speak(engine, ref_text="  ")
+
+
+def test_a_dit_without_text_convolutions_loads_and_speaks(tmp_path, monkeypatch):
+    """model.arch.conv_layers: 0 is upstream's DiT default (no ConvNeXt text blocks): loaded and run."""
+    import f5_tts.tiny as tiny
+
+    monkeypatch.setitem(tiny.ARCH, "conv_layers", 0)
+    folder = write_tiny_checkpoint(tmp_path / "noconv", seed=2)
+    bundle = load_f5_tts(folder, torch.float32)
+    assert bundle.dit.text_embed.text_blocks is None
+    engine = F5TTSEngine(bundle, ModelManager(DeviceService()))
+    t = torch.arange(12000) / 24000
+    chunk = Chunk("Hello.", seed=1, reference=Reference(0.1 * torch.sin(2 * torch.pi * 200 * t), 24000),
+                  reference_text="Some words.", options={"steps": 2})
+    with engine.manager.request(seed=1) as ctx:
+        wav = engine.speak_chunk(ctx, chunk)
+    assert wav.numel() > 0 and bool(torch.isfinite(wav).all())
