@@ -104,6 +104,7 @@ class Report:
     runs: list[Run] = field(default_factory=list)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)   # tightest estimate vs measured
     versions: dict[str, str] = field(default_factory=dict)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)     # the model folder: bytes, sha256
 
     @property
     def faults(self) -> list[str]:
@@ -169,8 +170,18 @@ def verify(spec: EngineSpec, load: LoadRequest, request: SpeakRequest,
         return _runs(spec, load, engine, devices, request, say, cancel, oom_points)
 
 
+def model_files(folder: Path | None) -> dict[str, dict[str, Any]]:
+    """Every file of the model folder with its size and sha256: which exact model a report is about."""
+    from .download import sha256_of
+
+    if folder is None:
+        return {}
+    return {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
+            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
 def _runs(spec, load, engine, devices, request, say, cancel, oom_points: str) -> Report:
-    report = Report(spec.engine_id, load.model, versions=versions())
+    report = Report(spec.engine_id, load.model, versions=versions(), files=model_files(load.folder))
     memory = devices.memory("cpu")
     total = sum(h.size_bytes for h in engine.handles)
 

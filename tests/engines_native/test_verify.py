@@ -35,6 +35,8 @@ def test_every_engine_verifies(engine_id, tmp_path, monkeypatch):
     assert modes[:3] == ["resident", "half-resident", "all streamed"] and any(m.startswith("OOM in") for m in modes)
     assert report.runs[2].streamed_mb > 0 and all(r.oom_retries >= 1 for r in report.runs[3:])
     assert report.phases and all(p["estimate_mb"] >= p["measured_mb"] for p in report.phases.values())
+    if load.folder is not None:      # the report names the exact model: every file's size and hash
+        assert report.files and all(len(f["sha256"]) == 64 for f in report.files.values())
 
 
 def test_a_weight_read_outside_its_forward_is_named(tmp_path, monkeypatch):
