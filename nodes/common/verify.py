@@ -69,14 +69,14 @@ class FaultInjector:
             raise torch.OutOfMemoryError(f"injected at allocation {self.count}")
         self._allocate(storage)
 
-    def points(self, start: int, end: int) -> dict[str, list[int]]:
+    def points(self, start: int, end: int) -> dict[str, dict[str, int]]:
         """Per phase name, its first run's first, middle and last allocation (counted from `start`)."""
         runs = [(name, a) for name, a in self.starts if start <= a < end]
         bounds = [a for _, a in runs[1:]] + [end]
-        points: dict[str, list[int]] = {}
+        points: dict[str, dict[str, int]] = {}
         for (name, a), b in zip(runs, bounds):
             if b > a and name not in points:
-                points[name] = sorted({a + 1 - start, (a + b + 1) // 2 - start, b - start})
+                points[name] = {"first": a + 1 - start, "middle": (a + b + 1) // 2 - start, "last": b - start}
         return points
 
 
@@ -159,9 +159,10 @@ def versions() -> dict[str, str]:
 
 def verify(spec: EngineSpec, load: LoadRequest, request: SpeakRequest,
            progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
-           oom_points: str = "first, middle, last") -> Report:
+           oom_points: tuple[str, ...] = ("first", "middle", "last")) -> Report:
     """The report for `request` on the model of `load` (loaded once, on the CPU, placed on a strict
-    simulated device whose size each run sets). `oom_points` "middle": one injected OOM per phase."""
+    simulated device whose size each run sets). `oom_points`: which allocations of each phase get an
+    injected OOM (some of first, middle, last; none: the placement runs only)."""
     say = progress or (lambda _: None)
     with tempfile.TemporaryDirectory(prefix="mizuoto-verify-") as tmp:
         devices = DeviceService(simulate={"cpu": 1 << 50}, strict=True)
@@ -180,7 +181,7 @@ def model_files(folder: Path | None) -> dict[str, dict[str, Any]]:
             for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
-def _runs(spec, load, engine, devices, request, say, cancel, oom_points: str) -> Report:
+def _runs(spec, load, engine, devices, request, say, cancel, oom_points: tuple[str, ...]) -> Report:
     report = Report(spec.engine_id, load.model, versions=versions(), files=model_files(load.folder))
     memory = devices.memory("cpu")
     total = sum(h.size_bytes for h in engine.handles)
@@ -224,13 +225,15 @@ def _runs(spec, load, engine, devices, request, say, cancel, oom_points: str) ->
     half = max(h.min_working_set + (h.size_bytes - h.min_working_set) // 2 for h in engine.handles) + working
     compare(*run("half-resident", half), reference)
     compare(*run("all streamed", roomy, "none"), reference)
+    if not oom_points:
+        return report
     faults = FaultInjector(memory).install()
     try:
         start = faults.count
         run("count allocations", roomy, "low")
         phases = faults.points(start, faults.count)
         for phase, points in phases.items():
-            for k in (points if oom_points != "middle" else points[len(points) // 2:][:1]):
+            for k in sorted({points[p] for p in oom_points}):
                 faults.fail = {faults.count + k}
                 result, wav = run(f"OOM in {phase} (allocation {k})", roomy, "low")
                 if wav is not None and result.oom_retries == 0:

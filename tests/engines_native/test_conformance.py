@@ -20,6 +20,7 @@ import torch
 
 from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.common.registry import LoadRequest, discover
+from mizuoto.nodes.common import verify as verify_module
 from mizuoto.nodes.common.verify import FaultInjector
 from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, VramPolicy
 
@@ -53,27 +54,27 @@ def build(spec, load, capacity: int, mode: str = "normal"):
 
 
 def test_streamed_half_and_resident_equal_the_plain_run_and_estimates_cover_the_peak(engine_case):
+    """`verify` (the user's `python -m mizuoto verify`) on the tiny model: resident, half-resident and all
+    streamed on the strict device give audio torch.equal to each other, every phase's estimate covers its
+    measured working memory; and the resident run equals the plain CPU run (no runtime)."""
     spec, case, load, plain, sizes = engine_case
-    total = sum(size for size, _ in sizes)
-    engine, devices = build(spec, load, 4 * total + 256 * MB)
-    resident, meta = synthesize(engine, case.request)
-    assert torch.equal(resident, plain), f"{spec.engine_id}: resident differs from the plain run"
-    assert meta["memory"]["streamed_mb"] == 0 and meta["applied"]["oom_retries"] == 0
-    working = devices.memory("cpu").peak - total
-    uncovered = {h.name: engine.manager.calibration.factor(engine.manager.calibration_key(h)) for h in engine.handles}
-    assert all(f == 1.0 for f in uncovered.values()), \
-        f"{spec.engine_id}: a phase allocated more than its estimate (calibration factors {uncovered})"
+    seen = {}
+    real = verify_module.first_difference
 
-    engine, _ = build(spec, load, 4 * total + 256 * MB, mode="none")
-    streamed, meta = synthesize(engine, case.request)
-    assert torch.equal(streamed, plain), f"{spec.engine_id}: all units streamed differs from the plain run"
-    assert meta["memory"]["streamed_mb"] > 0
-
-    half = max(m + (s - m) // 2 for s, m in sizes) + working
-    engine, _ = build(spec, load, half)
-    out, meta = synthesize(engine, case.request)
-    assert torch.equal(out, plain), f"{spec.engine_id}: half-resident differs from the plain run"
-    assert meta["memory"]["streamed_mb"] > 0
+    def keep(a, b):         # the resident run's audio, which the report compares the others with
+        seen["resident"] = b
+        return real(a, b)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verify_module, "first_difference", keep)
+        report = verify_module.verify(spec, load, case.request, oom_points=())
+    assert report.ok, report.table()
+    assert [r.mode for r in report.runs] == ["resident", "half-resident", "all streamed"]
+    assert torch.equal(seen["resident"], plain), f"{spec.engine_id}: resident differs from the plain run"
+    resident, half, streamed = report.runs
+    assert resident.streamed_mb == 0 and half.streamed_mb > 0 and streamed.streamed_mb > 0
+    assert report.phases and all(p["estimate_mb"] >= p["measured_mb"] for p in report.phases.values())
+    if load.folder is not None:      # the report names the exact model: every file's size and hash
+        assert report.files and all(len(f["sha256"]) == 64 for f in report.files.values())
 
 
 def test_an_interrupt_mid_chunk_leaves_the_runtime_clean(engine_case):
@@ -177,8 +178,8 @@ def assert_clean(engine, devices, what: str) -> None:
 
 
 def test_an_oom_in_any_phase_is_retried_exactly_and_a_persistent_one_leaves_the_runtime_clean(engine_case):
-    """In vram_mode low (half resident: placed and streamed units both run), one OOM at the first, middle
-    and last allocation of every phase: the exact retry gives audio `torch.equal` to the plain run (phase
+    """In vram_mode low (half resident: placed and streamed units both run), one OOM at the first and the
+    last allocation of every phase: the exact retry gives audio `torch.equal` to the plain run (phase
     functions are re-runnable, no engine code swallows the OOM). An OOM from a phase's middle on: the
     request fails with the OOM, nothing stays in use or on the device. Afterwards clean requests equal
     the plain run, and within a few of them the weights are as resident as before the OOMs."""
@@ -196,14 +197,14 @@ def check_oom_faults(spec, case, engine, devices, plain, faults) -> None:
     phases = faults.points(start, faults.count)
     assert phases, f"{spec.engine_id}: no phase allocated on the device"
     for phase, points in phases.items():
-        for k in points:
+        for k in sorted({points["first"], points["last"]}):    # the middle one starts the persistent shortage below
             faults.fail = {faults.count + k}
             out, meta = synthesize(engine, case.request)
             what = f"{spec.engine_id}: an OOM at allocation {k} (phase {phase})"
             assert meta["applied"]["oom_retries"] >= 1, f"{what} was not retried"
             assert torch.equal(out, plain), f"{what}: the retried output differs"
             assert_clean(engine, devices, what)
-        faults.from_ = faults.count + points[1]
+        faults.from_ = faults.count + points["middle"]
         with pytest.raises(torch.OutOfMemoryError):
             synthesize(engine, case.request)
         faults.from_ = None
