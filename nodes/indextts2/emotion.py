@@ -23,7 +23,7 @@ from ...runtime.lm.cache import make_cache
 from ..common.checkpoint import load_tokenizer
 from ..common.decode import autoregress
 from ..common.sampling import repetition_penalty, select
-from ..qwen3_tts.model import DecoderStack, LMConfig
+from ..common.qwen3 import DecoderStack, LMConfig
 
 SYSTEM = "文本情感分类"
 THINK_END = 151668                                   # </think> in Qwen3's vocabulary
