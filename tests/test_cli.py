@@ -16,11 +16,14 @@ def test_doctor_prints_the_memory_check():
     assert "simulated" in r.stdout and "of        512 MB" in r.stdout
 
 
-def test_doctor_rejects_unknown_and_bad_settings():
-    r = run("doctor", "--setting", "compute.vram_mod=low")
-    assert r.returncode == 2 and "did you mean 'compute.vram_mode'" in r.stderr
-    r = run("doctor", "--setting", "compute.gpu_jobs=zero")
-    assert r.returncode == 2 and "'compute.gpu_jobs'" in r.stderr and "expected an integer" in r.stderr
+def test_doctor_rejects_unknown_and_bad_settings(capsys):
+    from mizuoto.cli import main
+
+    assert main(["doctor", "--setting", "compute.vram_mod=low"]) == 2
+    assert "did you mean 'compute.vram_mode'" in capsys.readouterr().err
+    assert main(["doctor", "--setting", "compute.gpu_jobs=zero"]) == 2
+    err = capsys.readouterr().err
+    assert "'compute.gpu_jobs'" in err and "expected an integer" in err
 
 
 def test_speak_writes_a_plausible_wav(tmp_path):
@@ -43,20 +46,21 @@ def test_speak_writes_a_plausible_wav(tmp_path):
     assert 0.01 < rms < 0.5
 
 
-def test_speak_on_a_simulated_gpu_streams_and_reports(tmp_path):
-    r = run("speak", "Streaming keeps every sample.", "-o", str(tmp_path / "a.wav"), "--simulate-vram-mb", "24")
-    assert r.returncode == 0, r.stderr
-    assert '"reason": "budget"' in r.stdout
+def test_speak_on_a_simulated_gpu_streams_and_reports(tmp_path, capsys):
+    from mizuoto.cli import main
+
+    assert main(["speak", "Streaming keeps every sample.", "-o", str(tmp_path / "a.wav"), "--simulate-vram-mb", "24"]) == 0
+    assert '"reason": "budget"' in capsys.readouterr().out
 
 
-def test_speak_bad_input_is_a_clear_error_and_writes_nothing(tmp_path):
+def test_speak_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
     folder = tmp_path / "out"
     folder.mkdir()
     out = folder / "x.wav"
     for args, message in [(["  "], "text: empty"), (["...!?"], "nothing speakable"),
-                          (["Hi.", "--speed", "0"], "speed: expected 0.25 to 4.0 for this model")]:
-        r = run("speak", *args, "-o", str(out))
-        assert r.returncode == 2 and message in r.stderr, r.stderr
+                          (["Hi.", "--speed", "0"], "--speed: expected 0.25 to 4.0 for this model")]:
+        code, err = speak_in_process(capsys, *args, "-o", str(out))
+        assert code == 2 and message in err[0], err
         assert list(folder.iterdir()) == []
 
 

@@ -50,14 +50,27 @@ def expected_count() -> int:
     return n
 
 
-@pytest.mark.parametrize("name", [*PERTURBATIONS, *[pytest.param(n, marks=pytest.mark.slow) for n in ALONE]])
-def test_golden_fixtures_pass_under(name, expected_count):
+def start(name: str) -> subprocess.Popen:
     env_extra, options = {**PERTURBATIONS, **ALONE}[name]
-    env = {**os.environ, **env_extra}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "golden", "-p", "no:warnings", *options,
-                           *[str(TESTS / s) for s in SUITES]], capture_output=True, text=True, env=env,
-                          cwd=TESTS.parent)
-    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-m", "golden", "-p", "no:warnings", *options,
+                             *[str(TESTS / s) for s in SUITES]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **env_extra}, cwd=TESTS.parent)
+
+
+@pytest.fixture(scope="module")
+def machines():
+    """The default perturbations started side by side (CI has two cores; each run is mostly one thread)."""
+    procs = {name: start(name) for name in PERTURBATIONS}
+    yield procs
+    for proc in procs.values():
+        proc.kill()
+
+
+@pytest.mark.parametrize("name", [*PERTURBATIONS, *[pytest.param(n, marks=pytest.mark.slow) for n in ALONE]])
+def test_golden_fixtures_pass_under(name, expected_count, machines):
+    proc = machines.get(name) or start(name)
+    stdout, stderr = proc.communicate(timeout=1800)
+    tail = stdout[-6000:] + stderr[-2000:]
     assert proc.returncode == 0, f"{name}: golden tests failed\n{tail}"
-    passed = re.search(r"(\d+) passed", proc.stdout)
+    passed = re.search(r"(\d+) passed", stdout)
     assert passed and int(passed.group(1)) == expected_count, f"{name}: not every golden test ran\n{tail}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 import sys
 from pathlib import Path
 
@@ -77,13 +78,18 @@ FULL = f"0:1,-1:1,{10**12}:1"
 
 
 @pytest.fixture(scope="module")
-def quick_batch(tmp_path_factory) -> tuple[list[dict], str, str]:
-    return run_worker(ENGINES, tmp_path_factory.mktemp("hostile_quick"), QUICK, seconds=400)
+def quick_batches(tmp_path_factory) -> dict[str, tuple[list[dict], str, str]]:
+    """The engines in two workers side by side (each single-threaded: CI has two cores)."""
+    halves = [ENGINES[0::2], ENGINES[1::2]]
+    with ThreadPoolExecutor(len(halves)) as pool:
+        batches = list(pool.map(lambda half: run_worker(half, tmp_path_factory.mktemp("hostile_quick"), QUICK,
+                                                        seconds=400), halves))
+    return {engine: batch for half, batch in zip(halves, batches) for engine in half}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_hostile_config_numbers_are_refused_naming_file_and_field(engine, quick_batch):
-    check_engine(engine, quick_batch)
+def test_hostile_config_numbers_are_refused_naming_file_and_field(engine, quick_batches):
+    check_engine(engine, quick_batches[engine])
 
 
 @pytest.mark.slow
