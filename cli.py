@@ -159,7 +159,8 @@ def model_folder(spec, model: str | None, download: bool):
     from .nodes.common.loader_node import model_folder as fetch
 
     where = " or ".join(str(r / spec.engine_id) for r in folders.roots())
-    local, known = local_models(spec), [n for n in spec.models if n not in local_models(spec)]
+    local = local_models(spec)
+    known = [n for n in spec.models if n not in local]
     listing = (f"; model folders there: {', '.join(local)}" if local else f"; {where} has no model folder yet") + \
         (f"; known models to download with --download: {', '.join(known)}" if known else "")
     if not model:
