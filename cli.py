@@ -307,6 +307,55 @@ def speak(args: argparse.Namespace) -> int:
     return 0
 
 
+class ProgressBar:
+    """One line per verify run on stderr: the run's name and a bar of its steps (redrawn in place on a
+    terminal, printed once per run and at its end otherwise, so that logs stay short)."""
+
+    WIDTH = 24
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.mode: str | None = None
+
+    def __call__(self, mode: str, done: int, total: int) -> None:
+        if mode != self.mode:
+            self.close()
+            self.mode = mode
+        filled = self.WIDTH * done // max(total, 1)
+        line = f"verify: {mode:<34} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {100 * done // max(total, 1):3d}%"
+        if self.live:
+            print(f"\r{line}", end="", file=self.stream, flush=True)
+        elif done == 0 or done == total:
+            print(line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.live and self.mode is not None:
+            print(file=self.stream, flush=True)
+        self.mode = None
+
+
+def _verify_device(name: str):
+    """--device: cpu (the strict simulated device) or an existing CUDA device."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name}: expected cpu or cuda:N") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise UsageError(f"--device {name}: expected cpu or cuda:N")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise UsageError(f"--device {name}: this torch sees no CUDA device (use --device cpu: a simulated GPU)")
+    device = torch.device("cuda", device.index or 0)
+    if device.index >= count:
+        raise UsageError(f"--device {name}: there are {count} CUDA devices (cuda:0 to cuda:{count - 1})")
+    return device
+
+
 def verify(args: argparse.Namespace) -> int:
     """The conformance check on the user's model: resident, half-resident, all streamed and an OOM in
     every phase must give the same audio, and every estimate must cover its phase (exit 1 otherwise)."""
@@ -325,24 +374,31 @@ def verify(args: argparse.Namespace) -> int:
 
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         raise UsageError(f"--json {args.json}: expected a file path in an existing folder")
+    device = _verify_device(args.device)
     spec, folder, dtype, settings, request = _request(args)
     weights = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder is not None else 0
+    # On the CPU the simulated device holds a second copy of the model; a GPU holds its own.
+    copies = 2 if device.type == "cpu" else 1
     available = psutil.virtual_memory().available
-    if 2 * weights > available:        # the model on the CPU plus the simulated device's copy of it
-        raise UsageError(f"--model {folder}: verifying needs about {2 * weights / 2**30:.1f} GB of free RAM (the "
-                         f"model and one device copy); {available / 2**30:.1f} GB is free")
+    if copies * weights > available:
+        raise UsageError(f"--model {folder}: verifying needs about {copies * weights / 2**30:.1f} GB of free RAM "
+                         f"({'the model and one device copy' if copies == 2 else 'the model'}); "
+                         f"{available / 2**30:.1f} GB is free")
     request = dataclasses.replace(request, settings=settings or None)
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())    # Ctrl-C stops between steps, cleanly
+    bar = ProgressBar()
     try:
-        report = check(spec, LoadRequest(args.model or spec.display_name, folder, dtype, torch.device("cpu")), request,
-                       progress=lambda what: print(f"verify: {what}", file=sys.stderr, flush=True), cancel=cancel)
+        report = check(spec, LoadRequest(args.model or spec.display_name, folder, dtype, device), request,
+                       progress=bar, cancel=cancel, device=device)
     except Cancelled:
+        bar.close()
         print("verify: interrupted; nothing was written", file=sys.stderr)
         return 130
     except (ValueError, OSError) as e:
         raise UsageError(cli_words(str(e))) from None
     finally:
+        bar.close()
         signal.signal(signal.SIGINT, previous)
     print(report.table())
     if args.json:
@@ -397,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the text to read (default: two short English sentences)")
     _request_arguments(p, engines)
     p.add_argument("--json", help="also write the report to this file (to attach to a bug report)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu: a strict simulated GPU sized from the model (default); cuda:N: that GPU, each run "
+                        "bounded by compute.vram_limit_mb")
     p.set_defaults(func=verify)
     args = parser.parse_args(argv)
     try:

@@ -9,7 +9,8 @@
 # 2. the environment (Python, torch, CUDA, cuDNN, the GPU, its driver), the pack's import from
 #    another folder, and whether cudaHostRegister works here (runtime/pinning.py on a 4 MB tensor,
 #    then a copy and a kernel, so that an error a failed registration left pending shows up);
-# 3. pytest -m gpu (tests/test_runtime_cuda.py: the GPU twins and the GPU-only tests);
+# 3. pytest -m gpu (tests/test_runtime_cuda.py: the GPU twins and the GPU-only tests), then
+#    `python -m mizuoto verify --device cuda:0` on the embedded voice where hibari-tts is installed;
 # 4. bench/gpu.py --quick, then the full bench/gpu.py with --deadline set to what is left of the budget.
 # Everything goes to $OUT (default ./out/gpu-check): summary.txt, pytest.txt, gpu-check.log and the
 # bench's tables (gpu-cuda-quick.txt/.json, gpu-cuda.txt/.json). The budget (default 520 s) keeps
@@ -117,6 +118,11 @@ main() {
     if [ "$DEVICE" = cuda ]; then
         step "pytest -m gpu" 240 "$PY" -m pytest -c pyproject.toml --rootdir=tests -p no:cacheprovider -q -rs \
             -m gpu tests/test_runtime_cuda.py 2>&1 | tee "$OUT/pytest.txt"
+        if "$PY" -c "import hibari, psutil, soxr" 2>/dev/null; then
+            step "verify --device cuda:0" 120 "$PY" -m mizuoto verify --device cuda:0 --json "$OUT/verify-cuda.json"
+        else
+            note "verify --device cuda:0:  skipped: the embedded voice's package (hibari-tts) or a dependency is missing"
+        fi
         step "bench --quick" 150 "$PY" bench/gpu.py --quick --deadline 140
         local deadline=$(( $(left) - 15 ))
         if [ "$deadline" -gt 60 ]; then

@@ -1,8 +1,13 @@
 """The conformance check on a real model: one request run resident, half-resident, all-streamed and
-with an OOM injected into every phase, on a strict simulated device sized from the model itself.
+with an OOM injected into every phase, on a strict simulated device sized from the model itself, or
+on a real GPU bounded by `compute.vram_limit_mb`.
 
     report = verify(spec, load, request)          # the model is loaded once
     print(report.table()); sys.exit(0 if report.ok else 1)
+
+On the simulated device an OOM is injected at chosen allocations of each phase (its first, middle and
+last); a real GPU's allocator cannot be intercepted, so there the OOM is raised as the phase begins to
+compute, its weights placed (`PhaseFaults`).
 
 Every run's audio must be `torch.equal` to the resident run's, and every phase's working-memory
 estimate must cover what it measured (calibration is off, so an estimate is never corrected quietly).
@@ -12,6 +17,7 @@ not retried. tests/engines_native/test_conformance.py runs the same injections o
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import threading
@@ -80,6 +86,40 @@ class FaultInjector:
         return points
 
 
+class PhaseFaults:
+    """For a real device: raises an OOM inside the chosen `use` blocks (counted from 1 across the runs),
+    after placement and before the block's first computation, as a real shortage there would."""
+
+    def __init__(self) -> None:
+        self.count, self.fail, self.starts = 0, set(), []
+        self._use: Callable | None = None
+
+    def install(self) -> PhaseFaults:
+        self._use = use = RequestContext.use
+
+        @contextlib.contextmanager
+        def failing_use(ctx, handles, memory=0, name=None):
+            self.count += 1
+            self.starts.append((name, self.count))
+            with use(ctx, handles, memory, name):
+                if self.count in self.fail:
+                    raise torch.OutOfMemoryError(f"injected as phase {name} began")
+                yield
+        RequestContext.use = failing_use
+        return self
+
+    def remove(self) -> None:
+        RequestContext.use = self._use
+
+    def points(self, start: int, end: int) -> dict[str, dict[str, int]]:
+        """Per phase name, its first block in the counting run (counted from `start`)."""
+        points: dict[str, dict[str, int]] = {}
+        for name, k in self.starts:
+            if start < k <= end and name not in points:
+                points[name] = {"first": k - start}
+        return points
+
+
 @dataclass
 class Run:
     """One run of the request: how it was placed, and how its audio compares with the resident run's."""
@@ -101,6 +141,7 @@ class Run:
 class Report:
     engine: str
     model: str
+    device: str = "cpu (simulated, strict)"
     runs: list[Run] = field(default_factory=list)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)   # tightest estimate vs measured
     versions: dict[str, str] = field(default_factory=dict)
@@ -120,7 +161,7 @@ class Report:
         return bool(self.runs) and not self.faults
 
     def table(self) -> str:
-        lines = [f"{self.engine} {self.model}", f"{'run':<34} {'seconds':>8} {'streamed MB':>12} {'retries':>7}  result"]
+        lines = [f"{self.engine} {self.model} on {self.device}", f"{'run':<34} {'seconds':>8} {'streamed MB':>12} {'retries':>7}  result"]
         for r in self.runs:
             result = r.error or ("reference" if r.equal is None else "equal" if r.equal
                                  else f"differs at sample {r.first_difference}")
@@ -157,18 +198,29 @@ def versions() -> dict[str, str]:
             "machine": platform.machine(), "threads": str(torch.get_num_threads())}
 
 
-def verify(spec: EngineSpec, load: LoadRequest, request: SpeakRequest,
-           progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None,
-           oom_points: tuple[str, ...] = ("first", "middle", "last")) -> Report:
-    """The report for `request` on the model of `load` (loaded once, on the CPU, placed on a strict
-    simulated device whose size each run sets). `oom_points`: which allocations of each phase get an
-    injected OOM (some of first, middle, last; none: the placement runs only)."""
-    say = progress or (lambda _: None)
+Progress = Callable[[str, int, int], None]     # (run, steps done, steps in all)
+
+
+def verify(spec: EngineSpec, load: LoadRequest, request: SpeakRequest, progress: Progress | None = None,
+           cancel: threading.Event | None = None, oom_points: tuple[str, ...] = ("first", "middle", "last"),
+           device: torch.device | str = "cpu") -> Report:
+    """The report for `request` on the model of `load`, loaded once. On the CPU it is placed on a strict
+    simulated device whose size each run sets; on a GPU (`device="cuda:N"`) each run's budget is a
+    `compute.vram_limit_mb`. `oom_points`: which allocations of each phase get an injected OOM (some of
+    first, middle, last; none: the placement runs only; a real GPU has only "first")."""
+    device = torch.device(device)
     with tempfile.TemporaryDirectory(prefix="mizuoto-verify-") as tmp:
-        devices = DeviceService(simulate={"cpu": 1 << 50}, strict=True)
-        manager = ModelManager(devices, VramPolicy({}), calibration=Calibration(Path(tmp) / "calibration.json"))
-        engine = spec.build(dataclasses.replace(load, device=torch.device("cpu")), manager)
-        return _runs(spec, load, engine, devices, request, say, cancel, oom_points)
+        calibration = Calibration(Path(tmp) / "calibration.json")
+        if device.type == "cpu":
+            devices = DeviceService(simulate={"cpu": 1 << 50}, strict=True)
+        else:
+            devices = DeviceService()
+        manager = ModelManager(devices, VramPolicy({}), calibration=calibration)
+        engine = spec.build(dataclasses.replace(load, device=device), manager)
+        try:
+            return _runs(spec, load, engine, devices, device, request, progress, cancel, oom_points)
+        finally:
+            manager.unload_all()
 
 
 def model_files(folder: Path | None) -> dict[str, dict[str, Any]]:
@@ -181,20 +233,46 @@ def model_files(folder: Path | None) -> dict[str, dict[str, Any]]:
             for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
-def _runs(spec, load, engine, devices, request, say, cancel, oom_points: tuple[str, ...]) -> Report:
-    report = Report(spec.engine_id, load.model, versions=versions(), files=model_files(load.folder))
-    memory = devices.memory("cpu")
+class _Budget:
+    """How a run's device size is set: the simulated device's capacity, or a real device's
+    compute.vram_limit_mb; and the peak each run reached."""
+
+    def __init__(self, devices: DeviceService, device: torch.device) -> None:
+        self.devices, self.device = devices, device
+        self.simulated = devices.is_simulated(device)
+
+    def settings(self, capacity: int) -> dict[str, Any]:
+        if self.simulated:
+            memory = self.devices.memory(self.device)
+            memory.capacity, memory.peak = capacity, memory.used
+            return {}
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return {"compute.vram_limit_mb": max(capacity // MB, 1)}
+
+    def used(self) -> int:
+        return (self.devices.memory(self.device).used if self.simulated
+                else torch.cuda.memory_allocated(self.device))
+
+    def peak(self) -> int:
+        return (self.devices.memory(self.device).peak if self.simulated
+                else torch.cuda.max_memory_allocated(self.device))
+
+
+def _runs(spec, load, engine, devices, device, request, progress, cancel, oom_points: tuple[str, ...]) -> Report:
+    budget = _Budget(devices, device)
+    where = "cpu (simulated, strict)" if budget.simulated else f"{device} ({torch.cuda.get_device_name(device)})"
+    report = Report(spec.engine_id, load.model, where, versions=versions(), files=model_files(load.folder))
     total = sum(h.size_bytes for h in engine.handles)
 
     def run(mode: str, capacity: int, vram_mode: str = "normal") -> tuple[Run, torch.Tensor | None]:
-        say(f"{mode} ...")
+        if progress is not None:
+            progress(mode, 0, 1)
         engine.manager.unload_all()
-        memory.capacity = capacity
-        memory.peak = memory.used
-        settings = {**(request.settings or {}), "compute.vram_mode": vram_mode}
+        settings = {**(request.settings or {}), **budget.settings(capacity), "compute.vram_mode": vram_mode}
         result, start = Run(mode), time.monotonic()
+        steps = None if progress is None else (lambda done, n: progress(mode, done, n))
         try:
-            wav, meta = synthesize(engine, dataclasses.replace(request, settings=settings), cancel=cancel)
+            wav, meta = synthesize(engine, dataclasses.replace(request, settings=settings), steps, cancel=cancel)
         except torch.OutOfMemoryError as e:
             result.error = f"out of memory: {str(e).splitlines()[0]}"
             return result, None
@@ -221,21 +299,24 @@ def _runs(spec, load, engine, devices, request, say, cancel, oom_points: tuple[s
     report.runs.append(resident)
     if reference is None:
         return report
-    working = max(memory.peak - total, 0)
+    working = max(budget.peak() - total, 0)
     half = max(h.min_working_set + (h.size_bytes - h.min_working_set) // 2 for h in engine.handles) + working
     compare(*run("half-resident", half), reference)
     compare(*run("all streamed", roomy, "none"), reference)
-    if not oom_points:
+    points = oom_points if budget.simulated else tuple(p for p in oom_points if p == "first")
+    if not points:
         return report
-    faults = FaultInjector(memory).install()
+    faults = FaultInjector(devices.memory(device)) if budget.simulated else PhaseFaults()
+    faults.install()
     try:
         start = faults.count
-        run("count allocations", roomy, "low")
+        run("count allocations" if budget.simulated else "count phases", roomy, "low")
         phases = faults.points(start, faults.count)
-        for phase, points in phases.items():
-            for k in sorted({points[p] for p in oom_points}):
+        for phase, at in phases.items():
+            for k in sorted({at[p] for p in points}):
                 faults.fail = {faults.count + k}
-                result, wav = run(f"OOM in {phase} (allocation {k})", roomy, "low")
+                what = f"allocation {k}" if budget.simulated else "as it began"
+                result, wav = run(f"OOM in {phase} ({what})", roomy, "low")
                 if wav is not None and result.oom_retries == 0:
                     result.error = "the injected OOM was not retried"
                 compare(result, wav, reference)

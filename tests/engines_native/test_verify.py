@@ -72,3 +72,86 @@ def test_the_command_writes_the_report_and_exits_by_it(tmp_path, capsys, monkeyp
     assert "FAULTS" in capsys.readouterr().out
     assert main(["verify", "Hi.", "--json", str(tmp_path / "no" / "r.json")]) == 2
     assert "--json" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_between_steps_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """A real SIGINT (raised as the half-resident run starts) goes to verify's handler: the run stops at
+    the next step, nothing is written, the exit status is 130, the previous handler is back and no
+    component stays on the device."""
+    import signal
+
+    from mizuoto import cli
+    from mizuoto.runtime import ModelManager
+
+    managers = []
+    build = ModelManager.__init__
+
+    def keep(self, *a, **k):
+        build(self, *a, **k)
+        managers.append(self)
+    monkeypatch.setattr(ModelManager, "__init__", keep)
+    draw = cli.ProgressBar.__call__
+
+    def interrupting(self, mode, done, total):
+        if mode == "half-resident" and done == 0:
+            signal.raise_signal(signal.SIGINT)
+        draw(self, mode, done, total)
+    monkeypatch.setattr(cli.ProgressBar, "__call__", interrupting)
+    before = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "report.json"
+    assert cli.main(["verify", "Hello there.", "--json", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; nothing was written" in err and "verify: resident" in err
+    assert "all streamed" not in err                        # it stopped in the half-resident run
+    assert not out.exists()
+    assert signal.getsignal(signal.SIGINT) is before
+    assert managers and all(h.loaded_bytes == 0 for m in managers for h in m.handles)
+
+
+def test_the_progress_bar_draws_each_run_once_off_a_terminal_and_in_place_on_one():
+    import io
+
+    from mizuoto.cli import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    log, tty = io.StringIO(), Terminal()
+    for stream in (log, tty):
+        bar = ProgressBar(stream)
+        for done in range(5):
+            bar("resident", done, 4)
+        bar("all streamed", 0, 2)
+        bar.close()
+    lines = log.getvalue().splitlines()
+    assert [line.split("[")[0].split()[-1] for line in lines] == ["resident", "resident", "streamed"]
+    assert lines[0].endswith("[" + "." * 24 + "]   0%") and lines[1].endswith("[" + "#" * 24 + "] 100%")
+    assert tty.getvalue().count("\r") == 6 and tty.getvalue().count("\n") == 2
+    assert "[" + "#" * 12 + "." * 12 + "]  50%" in tty.getvalue()
+
+
+@pytest.mark.parametrize("name, expected", [("cuda:7", "CUDA"), ("tpu", "expected cpu or cuda:N"),
+                                            ("mps", "expected cpu or cuda:N")])
+def test_a_device_that_is_not_there_is_a_usage_error(name, expected, capsys):
+    from mizuoto.cli import main
+
+    if name.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has eight GPUs")
+    assert main(["verify", "Hi.", "--device", name]) == 2
+    err = capsys.readouterr().err
+    assert f"--device {name}" in err and expected in err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_verify_on_a_real_gpu_equals_and_covers(tmp_path):
+    """The embedded voice on cuda:0: the budgets are compute.vram_limit_mb, the OOM is raised as each
+    phase begins; every run equals the resident run and the estimates cover the allocator's peaks."""
+    from mizuoto.cli import main
+
+    out = tmp_path / "report.json"
+    assert main(["verify", "Hello there.", "--device", "cuda:0", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["device"].startswith("cuda:0") and data["ok"]
+    assert any(r["mode"].startswith("OOM in") and r["oom_retries"] >= 1 for r in data["runs"])
+    assert any(r["streamed_mb"] > 0 for r in data["runs"])
