@@ -155,3 +155,31 @@ def test_verify_on_a_real_gpu_equals_and_covers(tmp_path):
     assert data["device"].startswith("cuda:0") and data["ok"]
     assert any(r["mode"].startswith("OOM in") and r["oom_retries"] >= 1 for r in data["runs"])
     assert any(r["streamed_mb"] > 0 for r in data["runs"])
+
+
+def test_the_gpu_injection_raises_as_each_phase_begins_and_is_retried_exactly(tmp_path, monkeypatch):
+    """PhaseFaults, verify's injector for a real GPU (whose allocator cannot be intercepted), on the
+    strict simulated device: an OOM raised in the first block of each phase, weights placed, is retried
+    and the audio equals the run without it."""
+    from mizuoto.nodes.common.pipeline import synthesize
+    from mizuoto.nodes.common.verify import PhaseFaults
+    from mizuoto.runtime import Calibration, DeviceService, ModelManager, RequestContext, VramPolicy
+
+    spec, load, request = tiny("hibari", tmp_path, monkeypatch)
+    devices = DeviceService(simulate={"cpu": 1 << 40}, strict=True)
+    engine = spec.build(load, ModelManager(devices, VramPolicy({}), calibration=Calibration(tmp_path / "c.json")))
+    clean, _ = synthesize(engine, request)
+    use = RequestContext.use
+    faults = PhaseFaults().install()
+    try:
+        synthesize(engine, request)
+        phases = faults.points(0, faults.count)
+        assert len(phases) >= 2, phases
+        for name, at in phases.items():
+            faults.fail = {faults.count + at["first"]}
+            wav, meta = synthesize(engine, request)
+            assert meta["applied"]["oom_retries"] == 1, name
+            assert torch.equal(wav, clean), name
+    finally:
+        faults.remove()
+    assert RequestContext.use is use
