@@ -32,7 +32,7 @@ from torch import Tensor
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
 from ..common.audio import resample, to_mono
-from ..common.engine import Capabilities, Chunk, Engine
+from ..common.engine import Capabilities, Chunk, Engine, Reference
 from ..common.transformer import kv_position_bytes
 from .generate import Request, Sampling, build_prompt, generate_codes, speaker_embedding
 from .loader import Qwen3TTSBundle
@@ -268,6 +268,12 @@ class Qwen3TTSEngine(Engine):
             cut = int(request.ref_code.shape[0] / max(full.shape[0], 1) * wav.shape[0])
             return wav[cut:]
         return self.decode(ctx, codes)
+
+    def split_text(self, text: str, reference: Reference | None = None, reference_text: str | None = None,
+                   language: str = "auto", speed: float = 1.0) -> list[str]:
+        """Upstream's generate_* reads the whole text in one generation (qwen-tts 0.1.1 cuts nothing;
+        max_new_tokens bounds the audio): one segment, the text as written."""
+        return [text] if text.strip() else []
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         ref = (chunk.reference.wav, chunk.reference.sample_rate) if chunk.reference is not None else None

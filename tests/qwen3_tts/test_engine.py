@@ -139,3 +139,33 @@ def test_static_kv_cache_is_opt_in_named_and_equal_on_cpu(root):
         out = e.speak(ctx, "hello", tokens=toks(), speaker="vivian", language="english", **FAST)
     assert ctx.meta["applied"]["kv_cache"] == "static"
     assert torch.equal(out, ref)
+
+
+def test_the_pipeline_reads_the_whole_text_in_one_generation_as_upstream(root, tmp_path):
+    """qwen-tts cuts nothing: generate_custom_voice(text=...) reads the text whole. Through the Speak
+    pipeline, multi-sentence Chinese / Japanese and text with numbers reach the talker as one segment,
+    exactly as written, and the audio is that of one direct speak call."""
+    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from qwen3_tts.tiny import GENERATION, write_tokenizer
+
+    folder = tmp_path / "tiny-custom"
+    shutil.copytree(root / "tiny-custom", folder)
+    write_tokenizer(folder)
+    (folder / "generation_config.json").write_text(json.dumps({**GENERATION, "max_new_tokens": 8}))
+    e = engine(folder)
+    seen = []
+    speak_text = e.speak
+
+    def recording(ctx, text, **kw):
+        seen.append(text)
+        return speak_text(ctx, text, **kw)
+    e.speak = recording
+    for text in ("今天天气很好。我们去公园散步吧！\n明天见。", "こんにちは。元気ですか？", "It costs $5.99. See you at 10:30!"):
+        seen.clear()
+        wav, meta = synthesize(e, SpeakRequest(text, seed=3, language="auto", voice="vivian",
+                                               settings={"compute.vram_mode": "normal"}))
+        assert seen == [text] and meta["chunks"] == 1
+        with e.manager.request(seed=3) as ctx:
+            direct = speak_text(ctx, text, speaker="vivian")
+        assert torch.equal(wav, direct.reshape(-1).float())
+    assert e.split_text("  \n ") == []
