@@ -226,6 +226,12 @@ class Engine:
     def device(self) -> torch.device:
         return self.handles[0].device
 
+    def finish(self, wav: Tensor, last: Chunk) -> Tensor:
+        """The request's audio after its segments were joined (`last`: the last segment, with the
+        request's options and cache), for an upstream that post-processes the joined waveform once
+        rather than each segment; by default the audio as it is."""
+        return wav
+
     def option(self, chunk: Chunk, name: str) -> Any:
         """The checked option `name` of this chunk, else its declared default."""
         return chunk.options.get(name, self.options[name].default)

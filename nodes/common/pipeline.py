@@ -253,5 +253,5 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
             out.append(wav.reshape(-1).float().cpu())
             if progress is not None:
                 progress(i + 1, len(texts))
-    wav = join_waves(out, engine.join, caps.sample_rate)
+    wav = engine.finish(join_waves(out, engine.join, caps.sample_rate), chunk)
     return wav, {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate, "warnings": warnings}

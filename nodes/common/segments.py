@@ -27,14 +27,18 @@ class Segment:
 @dataclass(frozen=True)
 class Join:
     """What upstream puts between consecutive segments: `silence_ms` of zeros (int(rate * ms / 1000)
-    samples), or a linear cross-fade over `crossfade_s` seconds (at most the shorter neighbour)."""
+    samples), with `fade_ms` the end before it faded out and the start after it faded in (float32
+    linear ramps over at most that segment); or a linear cross-fade over `crossfade_s` seconds (at most
+    the shorter neighbour)."""
 
     silence_ms: float = 0.0
     crossfade_s: float = 0.0
+    fade_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.silence_ms < 0 or self.crossfade_s < 0 or (self.silence_ms and self.crossfade_s):
-            raise ValueError("Join: expected silence_ms >= 0 or crossfade_s >= 0, not both")
+        if min(self.silence_ms, self.crossfade_s, self.fade_ms) < 0 or \
+                (self.crossfade_s and (self.silence_ms or self.fade_ms)):
+            raise ValueError("Join: expected silence_ms >= 0 (and fade_ms >= 0) or crossfade_s >= 0, not both")
 
 
 def join_waves(waves: Sequence[Tensor], join: Join, sample_rate: int) -> Tensor:
@@ -44,12 +48,29 @@ def join_waves(waves: Sequence[Tensor], join: Join, sample_rate: int) -> Tensor:
     if join.crossfade_s > 0:
         return _crossfade(waves, int(join.crossfade_s * sample_rate))
     gap = int(sample_rate * join.silence_ms / 1000.0)
+    if join.fade_ms > 0:
+        return _faded(waves, int(sample_rate * join.fade_ms / 1000.0), gap)
     parts: list[Tensor] = []
     for i, wav in enumerate(waves):
         if i and gap:
             parts.append(torch.zeros(gap, dtype=wav.dtype))
         parts.append(wav)
     return torch.cat(parts)
+
+
+def _faded(waves: Sequence[Tensor], fade: int, gap: int) -> Tensor:
+    # OmniVoice's cross_fade_chunks: the joined audio so far fades out, silence, the next fades in
+    # (np.linspace in float32; each sample is multiplied once, so no sum order can differ)
+    out = waves[0].float().clone()
+    for nxt in waves[1:]:
+        nxt = nxt.float().clone()
+        n, m = min(fade, out.numel()), min(fade, nxt.numel())
+        if n > 0:
+            out[-n:] *= torch.from_numpy(np.linspace(1, 0, n, dtype=np.float32))
+        if m > 0:
+            nxt[:m] *= torch.from_numpy(np.linspace(0, 1, m, dtype=np.float32))
+        out = torch.cat([out, torch.zeros(gap), nxt])
+    return out
 
 
 def _crossfade(waves: Sequence[Tensor], samples: int) -> Tensor:

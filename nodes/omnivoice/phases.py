@@ -32,11 +32,13 @@ from torch import Tensor, nn
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine, Option
+from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..common.segments import Join
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
 from .languages import LANGUAGE_IDS
 from .loader import OmniVoiceBundle
 from .model import OmniVoiceConfig
+from .segments import split_long_text
 from .silence import remove_silence
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
@@ -64,12 +66,13 @@ class CodecPart(nn.Module):
 
 class OmniVoiceEngine(Engine):
     engine_id = "omnivoice"
-    # 150 characters: about 30 s even of CJK text, the longest upstream generates in one piece.
+    # Segments are upstream's (split_text); max_chunk_chars only sizes the transcript bound.
     capabilities = Capabilities(sample_rate=SAMPLE_RATE, languages=LANGUAGES, cloning="optional",
                                 transcript="required", instruction=True, speed=(0.5, 2.0), max_chunk_chars=150,
                                 reference_seconds=(0.5, 30.0), reference_rate=SAMPLE_RATE,
                                 resampler="torchaudio_functional")
     PHASED = True
+    join = Join(silence_ms=100, fade_ms=100)    # cross_fade_chunks: int(0.3 s * rate) // 3 samples each
     # upstream's defaults (generate.Sampling); ranges generous around them, every step and frame bounded:
     # num_step to 8x the default, t_shift > 0 (0 collapses the schedule), duration (seconds of this chunk;
     # None: estimated from the text) to 120 s, far past what a chunk of text can say
@@ -164,20 +167,26 @@ class OmniVoiceEngine(Engine):
 
         return ctx.run("prompt", [self.encoder, self.quantizer], run, memory=self.prompt_memory(wav.numel()))
 
-    def generate(self, ctx: RequestContext, prompt: Prompt, sampling: Sampling, seed: int,
+    def generate(self, ctx: RequestContext, prompt: Prompt, sampling: Sampling, seed: int | Tensor,
                  progress: Callable[[int, int], None] | None = None,
-                 on_step: Callable[[int, Tensor], None] | None = None) -> Tensor:
-        """The "generate" phase: `num_step` unmasking steps -> codes [8, frames]."""
+                 on_step: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, Tensor]:
+        """The "generate" phase: `num_step` unmasking steps -> (codes [8, frames], the generator's state
+        after them). `seed`: a seed, or a generator state to continue from."""
         model = self.bundle.model
         ids, _, _ = batch(prompt, self.config, "cpu")
         with torch.inference_mode():
             text_embeds = model.llm.embed_tokens(ids[:, 0])          # on the CPU (pinned table)
 
         def run():
-            generator = torch.Generator().manual_seed(seed)           # restarted on an OOM retry: same noise
+            generator = torch.Generator()                             # restarted on an OOM retry: same noise
+            if isinstance(seed, Tensor):
+                generator.set_state(seed)
+            else:
+                generator.manual_seed(seed)
             with torch.inference_mode():
-                return unmask(model, prompt, text_embeds.to(self.backbone.device), sampling, generator,
-                              check=ctx.check_cancelled, progress=progress, on_step=on_step)
+                codes = unmask(model, prompt, text_embeds.to(self.backbone.device), sampling, generator,
+                               check=ctx.check_cancelled, progress=progress, on_step=on_step)
+            return codes, generator.get_state()
 
         return ctx.run("generate", [self.backbone], run, memory=self.generate_memory(prompt.length, prompt.frames))
 
@@ -192,34 +201,53 @@ class OmniVoiceEngine(Engine):
         return ctx.run("decode", [self.quantizer, self.decoder], run, memory=self.decode_memory(codes.shape[1]))
 
     # ---- a chunk -------------------------------------------------------------------------------------------
+    def prepare_reference(self, reference: Reference, transcript: str | None,
+                          preprocess: bool = True) -> tuple[Tensor, str, float]:
+        """create_voice_clone_prompt before the codec: the reference at 24 kHz, brought up to 0.1 RMS when
+        quieter, with `preprocess` (upstream's default) its silences shortened and edges trimmed and a
+        full stop added to the transcript; cut to whole codec frames. -> (samples, transcript, RMS)."""
+        wav = reference.wav.float()
+        if reference.sample_rate != SAMPLE_RATE:
+            wav = resample(wav, reference.sample_rate, SAMPLE_RATE, "torchaudio_functional")
+        # In numpy float32, as upstream: the same rounding of the RMS and of the scaled samples.
+        x = wav.cpu().numpy()
+        rms = float(np.sqrt(np.mean(x ** 2)))
+        if 0 < rms < 0.1:                                             # quiet references are brought up to 0.1 RMS
+            wav = torch.from_numpy(x * 0.1 / rms)
+        text = transcript or ""
+        if preprocess:                                                # upstream's preprocess_prompt
+            wav = remove_silence(wav, SAMPLE_RATE, mid_sil=200, lead_sil=100, trail_sil=200)
+            if wav.numel() == 0:
+                raise ValueError("reference_audio: nothing louder than -50 dBFS is left after silence removal")
+            text = add_punctuation(text)
+        hop = self.bundle.codec.config.hop_length
+        wav = wav[:wav.numel() - wav.numel() % hop]
+        if wav.numel() == 0:
+            raise ValueError(f"reference_audio: shorter than one codec frame ({hop} samples at {SAMPLE_RATE} Hz)")
+        return wav, text, rms
+
     def voice_prompt(self, ctx: RequestContext, chunk: Chunk, preprocess: bool = True) -> tuple[Tensor, str, float] | None:
-        """Reference codes, transcript and loudness for a cloning chunk, computed once per request.
-        `preprocess`: upstream's default reference treatment (silence shortened and trimmed, 16-bit
-        samples; a full stop added to the transcript)."""
+        """Reference codes, transcript and loudness for a cloning chunk, computed once per request."""
         if chunk.reference is None:
             return None
         if "voice" not in chunk.cache:
-            wav = chunk.reference.wav.float()
-            if chunk.reference.sample_rate != SAMPLE_RATE:
-                wav = resample(wav, chunk.reference.sample_rate, SAMPLE_RATE, "torchaudio_functional")
-            # In numpy float32, as upstream: the same rounding of the RMS and of the scaled samples.
-            x = wav.cpu().numpy()
-            rms = float(np.sqrt(np.mean(x ** 2)))
-            if 0 < rms < 0.1:                                         # quiet references are brought up to 0.1 RMS
-                wav = torch.from_numpy(x * 0.1 / rms)
-            text = chunk.reference_text or ""
-            if preprocess:                                            # upstream's preprocess_prompt
-                wav = remove_silence(wav, SAMPLE_RATE, mid_sil=200, lead_sil=100, trail_sil=200)
-                if wav.numel() == 0:
-                    raise ValueError("reference_audio: nothing louder than -50 dBFS is left after silence removal")
-                text = add_punctuation(text)
-            hop = self.bundle.codec.config.hop_length
-            wav = wav[:wav.numel() - wav.numel() % hop]
-            if wav.numel() == 0:
-                raise ValueError(f"reference_audio: shorter than one codec frame ({hop} samples at {SAMPLE_RATE} Hz)")
-            codes = self.encode_reference(ctx, wav)
-            chunk.cache["voice"] = (codes, text, rms)
+            wav, text, rms = self.prepare_reference(chunk.reference, chunk.reference_text, preprocess)
+            chunk.cache["voice"] = (self.encode_reference(ctx, wav), text, rms)
         return chunk.cache["voice"]
+
+    def split_text(self, text: str, reference: Reference | None = None, reference_text: str | None = None,
+                   language: str = "auto", speed: float = 1.0) -> list[str]:
+        """Upstream's generate: the whole text, unless its estimated audio is over 30 s; then pieces of
+        about 15 s (segments.py). The estimate takes the reference as preprocessed by default (one codec
+        frame per hop of its samples) and the speed; a `duration` option does not change the cut."""
+        if not text.strip():
+            return []
+        ref_text = ref_frames = None
+        if reference is not None:
+            wav, ref_text, _ = self.prepare_reference(reference, reference_text)
+            ref_frames = wav.numel() // self.bundle.codec.config.hop_length
+        frame_rate = self.bundle.codec.config.frame_rate
+        return split_long_text(text, estimate_frames(text, ref_text, ref_frames, speed=speed), frame_rate)
 
     def make_prompt(self, chunk: Chunk, voice: tuple[Tensor, str, float | None] | None, denoise: bool) -> Prompt:
         tok = self.bundle.tokenizer
@@ -250,13 +278,29 @@ class OmniVoiceEngine(Engine):
             # generation does (its codes and text as the reference; loudness still by peak).
             voice = chunk.cache.get("first")
         prompt = self.make_prompt(chunk, voice, sampling.denoise)
-        codes = self.generate(ctx, prompt, sampling, chunk.seed, chunk.progress, on_step)
+        # The pieces of a long text draw from one random stream, as upstream's do (one manual_seed).
+        start = chunk.cache["rng"] if chunk.index > 0 and "rng" in chunk.cache else chunk.seed
+        codes, chunk.cache["rng"] = self.generate(ctx, prompt, sampling, start, chunk.progress, on_step)
         if chunk.reference is None and chunk.index == 0 and chunk.count > 1:
             chunk.cache["first"] = (codes, chunk.text, None)
         wav = self.decode(ctx, codes)
-        if postprocess_output:                                        # upstream's default: long pauses shortened
+        if chunk.count > 1:             # a piece of a long text: post-processed once joined (finish)
+            return wav
+        return self.postprocess(wav, voice[2] if voice is not None else None, postprocess_output)
+
+    def finish(self, wav: Tensor, last: Chunk) -> Tensor:
+        """A long text's pieces, joined by cross_fade_chunks, are post-processed as one, as upstream does."""
+        if last.count == 1:
+            return wav
+        voice = last.cache.get("voice")
+        return self.postprocess(wav, voice[2] if voice is not None else None, self.option(last, "postprocess_output"))
+
+    @staticmethod
+    def postprocess(wav: Tensor, ref_rms: float | None, shorten_pauses: bool) -> Tensor:
+        """_post_process_audio: long pauses shortened (upstream's default), then loudness and edges."""
+        if shorten_pauses:
             wav = remove_silence(wav, SAMPLE_RATE, mid_sil=500, lead_sil=100, trail_sil=100)
-        return postprocess(wav, voice[2] if voice is not None else None)
+        return postprocess(wav, ref_rms)
 
 
 def postprocess(wav: Tensor, ref_rms: float | None, pad: float = 0.1, fade: float = 0.1) -> Tensor:

@@ -294,3 +294,60 @@ def test_masked_spec_embed_checkpoint_loads(folder, tmp_path):
     codes = torch.randint(0, 1024, (1, 8, 7))
     with torch.inference_mode():
         assert torch.equal(a.codec.decode(codes), b.codec.decode(codes))
+
+
+# ---- through the Speak pipeline, upstream's defaults, against model.generate ----------------------------
+
+def stereo_44k(seconds: float = 1.6) -> np.ndarray:
+    """A 44.1 kHz stereo reference: two different channels, pauses and quiet edges (the defaults trim)."""
+    left = reference_audio(sr=44100, seconds=seconds, gain=0.3)
+    right = np.roll(reference_audio(sr=44100, seconds=seconds, gain=0.2), 441)
+    left[:4410] = right[:4410] = 0.0
+    return np.stack([left, right])
+
+
+def pipeline_run(engine, text: str, seed: int, **request):
+    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    wav, meta = synthesize(engine, SpeakRequest(text=text, seed=seed, **request))
+    return wav, meta
+
+
+@pytest.mark.parametrize("text,language", [
+    ("今天天气很好。我们去公园散步吧！\n2024年3月15日，气温25℃。", "zh"),
+    ("こんにちは。今日はいい天気ですね！散歩に行きましょう。", "ja"),
+    ("It costs $5.99, Dr. Smith said. See you on March 3rd at 10:30!", "en"),
+])
+def test_the_pipeline_with_a_44k_stereo_reference_equals_generate(upstream, ours, text, language):
+    """A SpeakRequest with a 44.1 kHz stereo ComfyUI AUDIO reference and its transcript, every option at
+    its default (reference and output silence processing on, 32 steps): the whole multi-sentence text is
+    one generation, and the audio is upstream's model.generate(text, ref_audio=(stereo, 44100), ref_text)."""
+    stereo, ref_text = stereo_44k(), "Speak slowly and clearly"
+    torch.manual_seed(6)
+    want = upstream.generate(text=text, language=language, ref_audio=(torch.from_numpy(stereo), 44100),
+                             ref_text=ref_text)[0]
+    got, meta = pipeline_run(ours, text, 6, language=language, reference_text=ref_text,
+                             reference={"waveform": torch.from_numpy(stereo)[None], "sample_rate": 44100})
+    want = torch.from_numpy(np.asarray(want))
+    assert meta["chunks"] == 1
+    assert got.shape == want.shape and torch.equal(got, want), \
+        f"{language}: {tuple(got.shape)} vs {tuple(want.shape)}"
+
+
+@pytest.mark.parametrize("cloning", [False, True])
+def test_a_long_text_through_the_pipeline_equals_generate(upstream, ours, cloning):
+    """Over 30 s of estimated audio: upstream's _generate_chunked (pieces of ~15 s, the first piece's voice
+    for the rest without a reference, one random stream, cross_fade_chunks, one post-processing)."""
+    text = " ".join(f"Sentence number {i} is here, and it goes on a little." for i in range(14))
+    options = {"num_step": 4}
+    if cloning:
+        wav, ref_text = reference_audio(gain=0.05), "A quiet reference."
+        kw = dict(ref_audio=(torch.from_numpy(wav), 24000), ref_text=ref_text)
+        request = dict(reference={"waveform": torch.from_numpy(wav)[None, None], "sample_rate": 24000},
+                       reference_text=ref_text)
+    else:
+        kw, request = {}, {}
+    torch.manual_seed(2)
+    want = torch.from_numpy(np.asarray(upstream.generate(text=text, language="en", **kw, **options)[0]))
+    got, meta = pipeline_run(ours, text, 2, language="en", options=options, **request)
+    assert meta["chunks"] >= 2
+    assert got.shape == want.shape and torch.equal(got, want), f"{tuple(got.shape)} vs {tuple(want.shape)}"
