@@ -163,10 +163,13 @@ class Capabilities:
 
 @dataclass
 class Reference:
-    """Reference audio as the engine receives it: finite mono float32 [T] in [-1, 1]-scale at `sample_rate`."""
+    """Reference audio as the engine receives it: finite mono float32 [T] in [-1, 1]-scale at `sample_rate`.
+    `source` is the same mono audio at the rate it came in, when the pipeline resampled it (an engine whose
+    upstream resamples the original a second way, straight to another rate, reads it)."""
 
     wav: Tensor
     sample_rate: int
+    source: tuple[Tensor, int] | None = None
 
     @property
     def seconds(self) -> float:

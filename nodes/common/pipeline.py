@@ -189,7 +189,7 @@ def reference_audio(audio: Any, caps: Capabilities) -> Reference:
     rate = check_rate(rate, "reference_audio sample_rate")
     wav = check_level(check_samples(to_mono(wav.detach().cpu()), rate, caps.reference_seconds))
     if caps.reference_rate is not None and caps.reference_rate != rate:
-        wav, rate = resample(wav, rate, caps.reference_rate, caps.resampler), caps.reference_rate
+        return Reference(resample(wav, rate, caps.reference_rate, caps.resampler), caps.reference_rate, (wav, rate))
     return Reference(wav, rate)
 
 

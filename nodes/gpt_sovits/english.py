@@ -9,8 +9,9 @@ and `engdict-hot.rep` (overrides), read as `read_dict_new` + `hot_reload_hot` re
 Where upstream asks NLTK's part-of-speech tagger (g2p_en's homographs such as "read", "live", "resume") or
 `wordsegment` + g2p_en's neural predictor (words longer than three letters that are neither in the lexicon
 nor a possessive), this front end cannot follow it: homographs take the lexicon's pronunciation, compounds
-are split at their hyphens / apostrophes only, and other unknown words are spelled letter by letter. Numbers: cardinals and upstream's year
-readings (1001-2999); currency, times, measurements, ordinals, decimals and fractions are not expanded.
+are split at their hyphens / apostrophes only (and a "negative" the normaliser glued to the word before it
+split off, as wordsegment does), and other unknown words are spelled letter by letter. Numbers, times, currency, measurements, ordinals, decimals,
+fractions and arithmetic are read as upstream's en_normalization reads them (en_normalize.py).
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ import io
 import json
 import re
 import string
-import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
 from ...runtime.loading import CheckpointError
 from ..common.checkpoint import check_data_file
+from .en_normalize import normalize
 
 ENGINE = "GPT-SoVITS"
 CMU_FILES = ("cmudict.rep", "cmudict-fast.rep", "engdict-hot.rep")
@@ -33,12 +34,6 @@ REP_MAP = {"[;:：，；]": ",", '["’]': "'", "。": ".", "！": "!", "？": "
 PUNCTUATION = ["!", "?", "…", ",", ".", "-"]
 DROPPED = (" ", "<pad>", "UW", "</s>", "<s>")           # upstream's g2p() filter (yes, unstressed "UW" too)
 REMOVED_ABBREVIATIONS = ("ae", "ai", "ar", "ios", "hud", "os")
-
-_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
-_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_SCALES = ["", "thousand", "million", "billion", "trillion"]
-
 
 @lru_cache(maxsize=1)
 def symbols() -> dict[str, int]:
@@ -88,66 +83,12 @@ def _lexicon_lines(path: Path) -> io.StringIO:
     return io.StringIO(text, newline=None)
 
 
-def _below_thousand(n: int) -> str:
-    words = []
-    if n >= 100:
-        words.append(f"{_ONES[n // 100]} hundred")
-        n %= 100
-    if n >= 20:
-        words.append(_TENS[n // 10] + (f"-{_ONES[n % 10]}" if n % 10 else ""))
-    elif n or not words:
-        words.append(_ONES[n])
-    return " ".join(words)
-
-
-def cardinal(n: int) -> str:
-    """inflect's number_to_words(n, andword="") for non-negative integers below 10^15."""
-    if n == 0:
-        return "zero"
-    groups, scale = [], 0
-    while n:
-        n, chunk = divmod(n, 1000)
-        if chunk:
-            groups.append(_below_thousand(chunk) + (f" {_SCALES[scale]}" if scale else ""))
-        scale += 1
-    return ", ".join(reversed(groups))
-
-
-def _pair(n: int) -> str:
-    """inflect's group=2 reading of a two-digit group, zero as "oh"."""
-    if n < 10:
-        return f"oh {_ONES[n]}" if n else "oh oh"
-    return _below_thousand(n)
-
-
-def expand_number(m: re.Match) -> str:
-    num = int(m.group(0))
-    if 1000 < num < 3000:
-        if num == 2000:
-            return "two thousand"
-        if 2000 < num < 2010:
-            return "two thousand " + cardinal(num % 100)
-        if num % 100 == 0:
-            return cardinal(num // 100) + " hundred"
-        return f"{_pair(num // 100)} {_pair(num % 100)}"
-    if num >= 10 ** 15:
-        raise ValueError(f"GPT-SoVITS English: the number {m.group(0)} is too long to read")
-    return cardinal(num)
-
-
 def text_normalize(text: str) -> str:
-    """english.text_normalize: the punctuation map, expend.normalize's number / accent / character rules,
-    repeated punctuation collapsed."""
+    """english.text_normalize: the punctuation map, expend.normalize (en_normalize.py), repeated
+    punctuation collapsed."""
     for literal, rep in REP_MAP.items():
         text = text.replace(literal, rep)
-    text = re.sub(r"([0-9][0-9\,]+[0-9])", lambda m: m.group(1).replace(",", ""), text)
-    text = re.sub(r"[0-9]+", expand_number, text)
-    text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
-    text = re.sub("%", " percent", text)
-    text = re.sub(r"[^ A-Za-z'.,?!\-]", "", text)
-    text = re.sub(r"(?i)i\.e\.", "that is", text)
-    text = re.sub(r"(?i)e\.g\.", "for example", text)
-    text = re.sub(r"(?<!^)(?<![\s])([A-Z])", r" \1", text)
+    text = normalize(text)
     punct = "".join(re.escape(p) for p in PUNCTUATION)
     return re.sub(f"([{punct}\\s])([{punct}])+", r"\1", text)
 
@@ -183,6 +124,11 @@ def query(o_word: str, lexicon: dict[str, list[str]]) -> list[str]:
         if phones[-1] in ("S", "Z", "SH", "ZH", "CH", "JH"):
             return phones + ["AH0", "Z"]
         return phones + ["Z"]
+    glued = re.match(r"^([a-z]+)negative$", word)
+    if glued and glued.group(1) in lexicon and "negative" in lexicon:
+        # en_normalize glues "negative" to the word before a minus sign (upstream's replace_negative_num eats
+        # the space); upstream's wordsegment splits it off again
+        return query(glued.group(1), lexicon) + list(lexicon["negative"])
     parts = [p for p in re.split(r"[^a-z]+", word) if p]
     if len(parts) > 1:            # wordsegment's split of a compound such as "eighty-four", on its separators
         return [ph for part in parts for ph in query(part, lexicon)]

@@ -15,8 +15,8 @@ Phases per chunk:
   generator, speed by interpolating the encoder output; then peak-normalised if above 1 and followed by
   upstream's 0.3 s fragment interval.
 The reference is resampled by the pipeline to 32 kHz with torchaudio's sinc (as upstream reads it for the
-spectrogram); the 16 kHz copies are made here (soxr HQ for HuBERT, as librosa.load; sinc for the speaker
-model, as upstream).
+spectrogram); the 16 kHz copies are made here (soxr HQ from the reference's own rate for HuBERT, as
+librosa.load; sinc from 32 kHz for the speaker model, as upstream).
 
 Text (frontend.py): language "en" reads English (english.py); "zh" reads Chinese with English words
 (upstream's "all_zh": chinese.py, with G2PW when the model folder has it, else upstream's pypinyin path).
@@ -48,6 +48,13 @@ SAMPLE_RATE = 32000
 CJK = re.compile(r"[\u4e00-\u9fff]")
 FRAGMENT_INTERVAL = 0.3
 MB = 1 << 20
+
+
+def hubert_input(ref: Reference) -> Tensor:
+    """The reference at 16 kHz as upstream's librosa.load(sr=16000) reads it: soxr HQ from the file's own
+    rate (from the 32 kHz copy it would differ by ~5e-3 of full scale for a 44.1 kHz reference)."""
+    src, rate = ref.source if ref.source is not None else (ref.wav, ref.sample_rate)
+    return resample(src.float(), rate, 16000, "soxr_hq")
 
 
 class GPTSoVITSEngine(Engine):
@@ -205,7 +212,7 @@ class GPTSoVITSEngine(Engine):
         if peak > 1:
             wav32 = wav32 / min(2, float(peak))
         spec = linear_spectrogram(wav32, 2048, 640, 2048)
-        hub16 = resample(ref.wav.float(), SAMPLE_RATE, 16000, "soxr_hq")
+        hub16 = hubert_input(ref)
         if not 48000 <= hub16.numel() <= 160000:
             raise ValueError("reference audio: GPT-SoVITS needs 3 to 10 seconds")
         hub16 = torch.cat([hub16, torch.zeros(int(SAMPLE_RATE * 0.3))])

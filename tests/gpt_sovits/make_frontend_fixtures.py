@@ -50,6 +50,53 @@ CASES = [
     "Café naïve résumé.",
     "Zyx qwv abc.",
     "Blorptastic frumbles!",
+    # numbers, dates, times, currency, percentages, ordinals, decimals, fractions, abbreviations (expend.py)
+    "It costs $5.99 today.",
+    "The ticket was $1.01, not $100.",
+    "He paid 32.3$ for the book.",
+    "Only $.5 is left, and £7.14 in the jar.",
+    "The fee is £1, or £0.01 for students.",
+    "We raised $5,000 in 2019.",
+    "The bill came to £1,000.50 last night.",
+    "The meeting starts at 10:30 tomorrow.",
+    "Dinner is at 13:00 and dessert at 23:59.",
+    "Wake me at 0:05, please.",
+    "The train leaves at 7:45 and arrives at 12:00.",
+    "She finished 1st, he came 2nd and I was 3rd.",
+    "This is the 21st century, not the 101st.",
+    "On the 4th of July we watched the 11th game.",
+    "Pi is about 3.14159.",
+    "Version 2.0 is better than 1.5.",
+    "Add 0.5 cups of milk.",
+    "Eat 1/2 of the cake and 3/4 of the pie.",
+    "Only 1/3 of them came, and 3/2 is more than one.",
+    "The 1980s were loud, and so were the 1990s.",
+    "Temperatures fell from 23°C to 4°F overnight.",
+    "Run 5km, then walk 1km.",
+    "The rope is 1.5m long, the pole is 3ft.",
+    "Wait 20h or 1.2s, then 10min more.",
+    "Pour 1L of water.",
+    "The score is 3 - 2 for us.",
+    "We know that 5 × 6 = 30.",
+    "And 8 ÷ 2 is 4, while x + y is unknown.",
+    "It dropped to -5 degrees.",
+    "Sales grew 50% in 2024.",
+    "About 12,345,678 people live there.",
+    "Chapter 1. The beginning.",
+    "Step 3. Add salt.",
+    "The year 2005 followed 2000.",
+    "In 1905 and 1800, nothing happened.",
+    "She was born on March 3rd, 1999.",
+    "The date was May 21st, 2021.",
+    "Call me at 5 or 6 tonight.",
+    "We need 42 chairs and 7 tables.",
+    "Mr. Smith met Dr. Brown.",
+    "The FBI, the CIA and NASA agreed.",
+    "I bought an iPhone and a MacBook.",
+    "Use e.g. salt, i.e. sodium chloride.",
+    "The US and the UK signed it.",
+    "Room 404 is on floor 12.",
+    "It fell from 3 to -12, then rose by -7 at night.",
 ]
 
 
@@ -71,8 +118,8 @@ for text in CASES:
     status = "equal" if (got, mine_norm) == (want, norm) else "DIFFERENT"
     print(f"{status}: {text!r}\n  upstream {want}\n  ours     {got}")
     cases[text] = {"phones": want, "norm": norm, "equal": status == "equal"}
-    for word in english._TOKEN.findall(norm) + list("abcdefghijklmnopqrstuvwxyz"):
-        for w in [word.lower(), word.lower()[:-2]] + re.split(r"[^a-z]+", word.lower()):
+    for word in english._TOKEN.findall(norm) + list("abcdefghijklmnopqrstuvwxyz") + ["negative"]:
+        for w in [word.lower(), word.lower()[:-2], word.lower().removesuffix("negative")] + re.split(r"[^a-z]+", word.lower()):
             if w in lexicon:
                 used.add(w)
 assert english.symbols() == {s: i for i, s in enumerate(symbols)}, "symbols_v2.json differs from text/symbols2.py"

@@ -6,7 +6,8 @@ Each text of TEXTS through upstream's TextPreprocessor.pre_seg_text(text, lang, 
 text_split_method) for lang "zh" and "en". text_segmentation_method.py is loaded as it is; from
 TextPreprocessor.py, whose imports load BERT, G2PW and the language detector, only the functions that
 pre_seg_text runs (get_first, merge_short_text_in_array, pre_seg_text, filter_text) are executed, from
-their source. Written to fixtures/segments.json.
+their source. Also cut0-cut4 ("methods") on these texts and on the front-end fixtures' sentences
+(fixtures/english.json, zhfront.json) joined five at a time. Written to fixtures/segments.json.
 """
 from __future__ import annotations
 
@@ -71,13 +72,25 @@ def upstream(repo: Path) -> types.SimpleNamespace:
     return types.SimpleNamespace(pre_seg_text=scope["pre_seg_text"], filter_text=scope["filter_text"])
 
 
+METHODS = ("cut0", "cut1", "cut2", "cut3", "cut4")
+
+
 def main(repo: Path) -> None:
     up = upstream(repo)
     me = types.SimpleNamespace(filter_text=lambda texts: up.filter_text(None, texts))
     out = {lang: [{"text": t, "segments": up.pre_seg_text(me, t, lang, "cut5")} for t in TEXTS] for lang in ("zh", "en")}
+    # cut0-cut4 (the webui's other methods) on TEXTS and on the front-end fixtures' sentences joined five at a
+    # time (English as "en", Chinese as "zh")
+    english = list(json.loads((FIXTURES / "english.json").read_text(encoding="utf-8"))["cases"])
+    chinese = list(json.loads((FIXTURES / "zhfront.json").read_text(encoding="utf-8"))["pypinyin"])
+    paragraphs = {"en": TEXTS + [" ".join(english[i:i + 5]) for i in range(0, len(english), 5)],
+                  "zh": TEXTS + ["".join(chinese[i:i + 5]) for i in range(0, len(chinese), 5)]}
+    out["methods"] = {lang: [{"text": t, **{m: up.pre_seg_text(me, t, lang, m) for m in METHODS}} for t in texts]
+                      for lang, texts in paragraphs.items()}
     FIXTURES.mkdir(exist_ok=True)
     (FIXTURES / "segments.json").write_text(json.dumps(out, ensure_ascii=False, indent=0))
-    print({k: [len(c["segments"]) for c in v] for k, v in out.items()})
+    print({k: [len(c["segments"]) for c in out[k]] for k in ("zh", "en")},
+          {k: len(v) for k, v in out["methods"].items()})
 
 
 if __name__ == "__main__":

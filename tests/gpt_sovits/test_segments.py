@@ -36,3 +36,21 @@ def test_a_segment_reaches_the_model_as_cut():
     assert GPTSoVITSEngine.chunk_text(None, chunk) == "好"
     chunk.segmented = False                                    # speak_chunk called directly: pre_seg_text's ends
     assert GPTSoVITSEngine.chunk_text(None, chunk) == "。好。"
+
+
+METHOD_CASES = [(lang, m, c) for lang, cases in FIXTURE["methods"].items() for c in cases
+                for m in ("cut0", "cut1", "cut2", "cut3", "cut4")]
+
+
+def test_the_methods_fixture_holds_the_front_end_sentences():
+    assert len(FIXTURE["methods"]["en"]) >= 35 and len(FIXTURE["methods"]["zh"]) >= 40
+    assert sum(len(c["cut1"]) > 1 for c in FIXTURE["methods"]["zh"]) >= 5     # cut1 / cut2 do cut somewhere
+    assert sum(len(c["cut2"]) > 1 for c in FIXTURE["methods"]["en"]) >= 5
+
+
+def test_webui_methods_equal_upstream():
+    """cut0-cut4 (text_segmentation_method.py) through pre_seg_text, as upstream's TextPreprocessor runs them."""
+    different = [(lang, m, c["text"][:30]) for lang, m, c in METHOD_CASES if pre_seg_text(c["text"], lang, m) != c[m]]
+    assert not different
+    with pytest.raises(ValueError, match="cut9"):
+        pre_seg_text("你好。", "zh", "cut9")
