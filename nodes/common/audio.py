@@ -63,20 +63,26 @@ def to_float(wav: Tensor, what: str = "reference_audio") -> Tensor:
     return wav.float()
 
 
-def to_mono(wav: Tensor, what: str = "reference_audio") -> Tensor:
-    """[T], [C, T] or [B, C, T] (ComfyUI AUDIO) -> float32 [T]: the first batch item, channels averaged."""
+def to_channels(wav: Tensor, what: str = "reference_audio") -> Tensor:
+    """[T], [C, T] or [B, C, T] (ComfyUI AUDIO) -> float32 [C, T]: the first batch item's channels."""
     wav = torch.as_tensor(wav)
     if wav.dim() == 3:
         if wav.shape[0] == 0:
             raise ValueError(f"{what}: the batch is empty (shape {tuple(wav.shape)}); expected [B>=1, C, T]")
         wav = wav[0]
-    if wav.dim() == 2:
-        if wav.shape[0] == 0:
-            raise ValueError(f"{what}: no channels (shape {tuple(wav.shape)}); expected [C>=1, T]")
-        wav = to_float(wav, what).mean(dim=0)
-    if wav.dim() != 1:
+    if wav.dim() == 1:
+        wav = wav[None]
+    if wav.dim() != 2:
         raise ValueError(f"{what}: expected a waveform [T], [C, T] or [B, C, T], got shape {tuple(wav.shape)}")
+    if wav.shape[0] == 0:
+        raise ValueError(f"{what}: no channels (shape {tuple(wav.shape)}); expected [C>=1, T]")
     return to_float(wav, what)
+
+
+def to_mono(wav: Tensor, what: str = "reference_audio") -> Tensor:
+    """[T], [C, T] or [B, C, T] (ComfyUI AUDIO) -> float32 [T]: the first batch item, channels averaged."""
+    channels = to_channels(wav, what)
+    return channels[0] if channels.shape[0] == 1 else channels.mean(dim=0)
 
 
 def check_samples(wav: Tensor, rate: int, seconds: tuple[float, float] = (0.0, math.inf),

@@ -164,8 +164,8 @@ class Capabilities:
 @dataclass
 class Reference:
     """Reference audio as the engine receives it: finite mono float32 [T] in [-1, 1]-scale at `sample_rate`.
-    `source` is the same mono audio at the rate it came in, when the pipeline resampled it (an engine whose
-    upstream resamples the original a second way, straight to another rate, reads it)."""
+    `source` is the audio as it came in, its channels [C, T] at its own rate, when the pipeline resampled
+    or mixed it down (an engine whose upstream reads the original another way reads it)."""
 
     wav: Tensor
     sample_rate: int

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ...runtime.oom import is_oom
-from .audio import check_level, check_rate, check_samples, resample, to_mono
+from .audio import check_level, check_rate, check_samples, resample, to_channels, to_mono
 from .engine import Capabilities, Chunk, Engine, Option, Reference
 from .segments import Segment, join_waves
 
@@ -187,10 +187,16 @@ def reference_audio(audio: Any, caps: Capabilities) -> Reference:
     if not isinstance(wav, torch.Tensor):
         raise ValueError(f"reference_audio: expected a waveform tensor, got {type(wav).__name__}")
     rate = check_rate(rate, "reference_audio sample_rate")
-    wav = check_level(check_samples(to_mono(wav.detach().cpu()), rate, caps.reference_seconds))
-    if caps.reference_rate is not None and caps.reference_rate != rate:
-        return Reference(resample(wav, rate, caps.reference_rate, caps.resampler), caps.reference_rate, (wav, rate))
-    return Reference(wav, rate)
+    channels = to_channels(wav.detach().cpu())
+    mono = check_samples(to_mono(channels), rate, caps.reference_seconds)
+    wav = check_level(mono)
+    if wav is not mono:                        # past full scale: the channels scaled as the mono copy is
+        channels = (channels.double() / float(mono.abs().max())).float()
+    resampled = caps.reference_rate is not None and caps.reference_rate != rate
+    source = (channels, rate) if resampled or channels.shape[0] > 1 else None
+    if resampled:
+        return Reference(resample(wav, rate, caps.reference_rate, caps.resampler), caps.reference_rate, source)
+    return Reference(wav, rate, source)
 
 
 def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], None] | None = None,

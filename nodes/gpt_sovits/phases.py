@@ -33,7 +33,7 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import make_cache, peak_bytes
-from ..common.audio import resample
+from ..common.audio import resample, to_mono
 from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
 from ..common.segments import Segment
 from . import chinese, english, frontend
@@ -53,8 +53,10 @@ MB = 1 << 20
 def hubert_input(ref: Reference) -> Tensor:
     """The reference at 16 kHz as upstream's librosa.load(sr=16000) reads it: soxr HQ from the file's own
     rate (from the 32 kHz copy it would differ by ~5e-3 of full scale for a 44.1 kHz reference)."""
-    src, rate = ref.source if ref.source is not None else (ref.wav, ref.sample_rate)
-    return resample(src.float(), rate, 16000, "soxr_hq")
+    if ref.source is None:
+        return resample(ref.wav.float(), ref.sample_rate, 16000, "soxr_hq")
+    channels, rate = ref.source
+    return resample(to_mono(channels), rate, 16000, "soxr_hq")           # librosa's to_mono: the mean
 
 
 class GPTSoVITSEngine(Engine):
