@@ -17,8 +17,9 @@ against the declaration, seed + i for chunk i, progress, interrupt, the AUDIO di
             return ctx.run("vocoder", [self.vocoder], lambda: ..., memory=...)   # float32 [T] on the CPU
 
 Random numbers: the pipeline seeds `ctx.generator` with `chunk.seed` (seed + chunk index) before each
-chunk; engines draw from it (or from generators seeded with `chunk.seed`) so a seed gives the same
-audio however much was streamed or retried.
+chunk, or, for an engine whose upstream seeds once and draws every segment from that one stream
+(`ONE_STREAM`), only before the first; engines draw from it (or from generators seeded with
+`chunk.seed`) so a seed gives the same audio however much was streamed or retried.
 """
 from __future__ import annotations
 
@@ -212,6 +213,9 @@ class Engine:
     # layouts round differently, the default must be the upstream-exact one.
     UPSTREAM_KV_CACHE: ClassVar[str] = "dynamic"
     join: ClassVar[Join] = Join()               # what upstream puts between segments' audio
+    # Upstream seeds once per request and its segments draw from that one stream (ctx.generator is then
+    # seeded before the first segment only); otherwise each segment's draws start from seed + index.
+    ONE_STREAM: ClassVar[bool] = False
 
     def __init__(self, manager: ModelManager, handles: list[ModelHandle], device: torch.device | str = "cpu",
                  name: str | None = None) -> None:

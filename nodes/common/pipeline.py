@@ -8,7 +8,8 @@ speed, reference audio and transcript, instruction) and engine options against t
 `Option` ranges before any model runs; the reference audio is checked once (rate, finite samples,
 integer PCM scaled, length, level: silence refused, past full scale scaled to peak 1) and resampled the
 way the engine's upstream does; the text is split as the engine's upstream splits it (`Engine.split_text`);
-chunk i runs with seed + i (the request's generator re-seeded), ComfyUI's progress and interrupt per
+chunk i runs with seed + i (the request's generator re-seeded, or once for an engine whose upstream
+draws every segment from one stream), ComfyUI's progress and interrupt per
 chunk, inside one runtime request (one `meta`); the chunks are joined as upstream joins them (`Engine.join`). After the request the
 runtime service runs its upkeep; after an OOM failure it unloads idle models, as ComfyUI does.
 """
@@ -251,7 +252,8 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
                           speed=float(req.speed), options=dict(options), cache=cache,
                           progress=_within(progress, i, len(texts)))
-            ctx.generator.manual_seed(chunk.seed)
+            if i == 0 or not engine.ONE_STREAM:
+                ctx.generator.manual_seed(chunk.seed)
             wav = ctx.call(engine, chunk, lambda: engine.speak_chunk(ctx, chunk))
             if not bool(torch.isfinite(wav).all()):
                 raise FloatingPointError(f"{engine.name}: chunk {i + 1} of {len(texts)} produced NaN or infinite "

@@ -29,9 +29,11 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.fallbacks import tiled_1d
+from ..common.audio import resample
 from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
 from ..common.segments import Join, Segment
 from .loader import F5Bundle
+from .reference import prompt_audio
 from .sample import FlowSettings, sample, total_frames
 from .text import batch_bytes, chunk_text, reference_prompt
 
@@ -55,8 +57,8 @@ class F5TTSEngine(Engine):
     capabilities = Capabilities(
         sample_rate=24000, languages=("auto", "en", "zh"), cloning="required", transcript="required",
         speed=(0.3, 2.0),                   # upstream's Gradio slider
-        reference_seconds=(0.5, 15.0),      # upstream clips references to ~12 s of speech
-        reference_rate=24000, resampler="torchaudio_sinc")
+        reference_seconds=(0.5, 60.0),      # reference.py keeps ~12 s of speech, as upstream clips
+        reference_rate=None)                # read at its own rate, resampled after the loudness rule
     PHASED = True
     # upstream's defaults (FlowSettings); sway_sampling_coef in [-1, 1], the paper's range (past it the
     # time grid leaves [0, 1] and is no longer monotonic)
@@ -65,15 +67,18 @@ class F5TTSEngine(Engine):
                "sway_sampling_coef": Option(float, FlowSettings.sway_sampling_coef, -1.0, 1.0),
                "method": Option(str, FlowSettings.method, choices=("euler", "midpoint"))}
     join = Join(crossfade_s=0.15)       # infer_batch_process's cross_fade_duration default
+    ONE_STREAM = True                   # F5TTS.infer seeds once; each batch's noise continues the stream
 
     def split_text(self, text: str, reference: Reference | None = None,
                    reference_text: str | None = None, language: str = "auto",
                    speed: float = 1.0) -> list[str | Segment]:
-        """Upstream's batches (infer_process): chunk_text with a byte budget from the reference's length
-        and transcript and the speed; without a reference, chunk_text's default (135 bytes)."""
+        """Upstream's batches (infer_process): chunk_text with a byte budget from the prepared reference's
+        length (reference.py) and transcript and the speed; without a reference, chunk_text's default
+        (135 bytes)."""
         if reference is None or not reference_text:
             return list(chunk_text(text))
-        return list(chunk_text(text, batch_bytes(reference_text, reference.seconds, speed)))
+        wav, rate = prompt_audio(reference)
+        return list(chunk_text(text, batch_bytes(reference_text, wav.shape[-1] / rate, speed)))
 
     def __init__(self, bundle: F5Bundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:
@@ -119,13 +124,13 @@ class F5TTSEngine(Engine):
         ref = chunk.reference
         if ref is None or not chunk.reference_text or not chunk.reference_text.strip():
             raise ValueError("F5-TTS clones a voice: give reference audio and its transcript")
-        if ref.sample_rate != self.bundle.mel_config.sample_rate:
-            raise ValueError(f"reference: {ref.sample_rate} Hz; the engine expects "
-                             f"{self.bundle.mel_config.sample_rate} Hz (the pipeline resamples)")
-        wav = ref.wav.float()[None]
+        # infer_batch_process: the loudness at the reference's own rate, then Resample to 24 kHz
+        wav, rate = prompt_audio(ref)
         rms = torch.sqrt(torch.mean(torch.square(wav)))
         if rms < TARGET_RMS:
             wav = wav * TARGET_RMS / rms
+        if rate != self.bundle.mel_config.sample_rate:
+            wav = resample(wav[0], rate, self.bundle.mel_config.sample_rate, "torchaudio_sinc")[None]
         with torch.inference_mode():
             mel = self.bundle.mel(wav).permute(0, 2, 1)
         prompt = {"wav": wav, "rms": rms, "mel": mel, "text": reference_prompt(chunk.reference_text)}

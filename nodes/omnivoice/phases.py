@@ -39,7 +39,7 @@ from .languages import LANGUAGE_IDS
 from .loader import OmniVoiceBundle
 from .model import OmniVoiceConfig
 from .segments import split_long_text
-from .silence import remove_silence
+from ..common.silence import remove_silence
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
 SAMPLE_RATE = 24000

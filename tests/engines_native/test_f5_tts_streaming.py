@@ -31,7 +31,13 @@ def folder(tmp_path_factory):
 
 def reference() -> torch.Tensor:
     t = torch.arange(int(24000 * 0.5)) / 24000
-    return 0.2 * torch.sin(2 * torch.pi * 150 * t) * torch.sin(2 * torch.pi * 3 * t)
+    return 0.3 * torch.sin(2 * torch.pi * 150 * t) * torch.sin(2 * torch.pi * 3 * t)
+
+
+def prepared() -> torch.Tensor:
+    """The reference after the engine's pydub pass (reference.prompt_audio): [1, T] at 24 kHz."""
+    from mizuoto.nodes.f5_tts.reference import prompt_audio
+    return prompt_audio(Reference(reference(), 24000))[0]
 
 
 def chunk(**kw) -> Chunk:
@@ -44,7 +50,9 @@ def plain(folder):
     """The plain CPU run: the same functions, no runtime."""
     torch.set_num_threads(1)
     b = load_f5_tts(folder)
-    wav = reference()[None]
+    wav = prepared()
+    rms = torch.sqrt(torch.mean(torch.square(wav)))
+    assert rms >= 0.1                        # upstream's loudness rule leaves this reference as it is
     prompt = reference_prompt(REF_TEXT)
     ids = torch.tensor([b.tokenizer.encode(prompt + TEXT)])
     with torch.inference_mode():
@@ -63,7 +71,7 @@ def _engine(folder, capacity=None, mode="normal") -> F5TTSEngine:
 def frames(engine: F5TTSEngine, text: str = TEXT) -> tuple[int, int]:
     prompt = reference_prompt(REF_TEXT)
     n_ids = len(engine.bundle.tokenizer.encode(prompt + text))
-    ref = reference().numel()
+    ref = prepared().shape[-1]
     return total_frames(n_ids, ref // 256 + 1, frames_for(ref, prompt, text, 1.0, 256)), ref // 256
 
 
@@ -122,14 +130,17 @@ def test_flow_and_vocoder_estimates_cover_measured_working_memory(folder, text):
     total, cut = frames(engine, text)
     prompt = reference_prompt(REF_TEXT)
     ids = torch.tensor([b.tokenizer.encode(prompt + text)])
-    cond = b.mel(reference()[None]).permute(0, 2, 1)
+    cond = b.mel(prepared()).permute(0, 2, 1)
     estimate = engine.flow_memory(total)
     with engine.manager.request(seed=1) as ctx, ctx.use([engine.dit], estimate), devices.tracking("cpu") as tr:
         with torch.inference_mode():
             mel = sample(b.dit, cond, ids, total, generator=ctx.generator, settings=FlowSettings(steps=2))
     measured = tr.peak_bytes
     print(f"{total} frames: flow estimate {estimate / 2**20:.2f} MiB, measured {measured / 2**20:.2f} MiB")
-    assert measured <= estimate <= 4 * measured + (1 << 20)
+    # the upper bound leaves out the attention scores, which the estimate counts for kernels that
+    # materialise them (CUDA's math path); the CPU's fused kernel does not, and they grow with frames²
+    scores = 2 * b.config.heads * total * total * 4
+    assert measured <= estimate <= 4 * measured + scores + (1 << 20)
     new = mel[:, cut:].permute(0, 2, 1).contiguous()
     estimate = engine.vocoder_memory(new.shape[-1])
     with engine.manager.request(seed=1) as ctx, ctx.use([engine.vocoder], estimate), devices.tracking("cpu") as tr:

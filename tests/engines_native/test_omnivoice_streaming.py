@@ -14,7 +14,7 @@ from mizuoto.nodes.common.engine import Chunk, Reference
 from mizuoto.nodes.omnivoice.generate import Sampling, batch, unmask
 from mizuoto.nodes.omnivoice.loader import load_omnivoice
 from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine, postprocess
-from mizuoto.nodes.omnivoice.silence import remove_silence
+from mizuoto.nodes.common.silence import remove_silence
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
 from runtime_helpers import residency_capacity
 

@@ -165,20 +165,87 @@ def test_vocos_equals_upstream(upstream, ours):
 
 
 @pytest.mark.parametrize("lang,speed", [("en", 1.0), ("zh", 0.8), ("mixed", 1.3)])
-def test_chunk_equals_infer_batch_process(upstream, ours, lang, speed):
-    """The whole chunk (RMS scaling, transcript rule, duration rule, cut, vocoder) against upstream's
-    infer_batch_process with the same seed."""
-    from f5_tts.infer.utils_infer import infer_batch_process
+def test_chunk_equals_infer_batch_process(upstream, ours, lang, speed, tmp_path, monkeypatch):
+    """The whole chunk (the pydub reference pass, RMS scaling, transcript rule, duration rule, cut,
+    vocoder) against upstream's preprocess_ref_audio_text + infer_batch_process with the same seed, on
+    the reference as a 16-bit file (torchaudio.load reads it through soundfile, see below)."""
+    import soundfile
+    import torchaudio
+    from f5_tts.infer.utils_infer import infer_batch_process, preprocess_ref_audio_text
     model, vocoder = upstream
     ref_text, text = TEXTS[lang]
-    wav = reference(0.9, seed=4)
+    pcm = (reference(0.9, seed=4) * 32768).clamp(-32768, 32767).to(torch.int16)
+    soundfile.write(str(tmp_path / "ref.wav"), pcm.numpy(), 24000, subtype="PCM_16")
+    path, prepared_text = preprocess_ref_audio_text(str(tmp_path / "ref.wav"), ref_text, show_info=lambda *a: None)
+    data, rate = soundfile.read(path, dtype="float32", always_2d=True)
     torch.manual_seed(21)
-    want, sr, _ = next(infer_batch_process((wav[None], 24000), ref_text, [text], model, vocoder, progress=None,
-                                           speed=speed, device="cpu"))
+    want, sr, _ = next(infer_batch_process((torch.from_numpy(data.T.copy()), rate), prepared_text, [text], model,
+                                           vocoder, progress=None, speed=speed, device="cpu"))
     engine = F5TTSEngine(ours, ModelManager(DeviceService()))
     with engine.manager.request(seed=21) as ctx:
-        got = engine.speak_chunk(ctx, Chunk(text, seed=21, reference=Reference(wav, 24000),
-                                            reference_text=ref_text.rstrip(" ") if lang != "zh" else ref_text,
-                                            speed=speed))
+        got = engine.speak_chunk(ctx, Chunk(text, seed=21, reference=Reference(pcm.float() / 32768, 24000),
+                                            reference_text=ref_text, speed=speed))
     assert sr == 24000
     assert torch.equal(got, torch.from_numpy(want))
+
+
+# ---- through the Speak pipeline, upstream's defaults, against F5TTS.infer ------------------------------
+
+def stereo_reference_file(path: Path, rate: int = 44100, seconds: float = 1.6) -> torch.Tensor:
+    """A 16-bit stereo WAV with 0.3 s of leading silence and a quiet tail (the pydub pass trims both);
+    returns its samples as ComfyUI's LoadAudio decodes them ([2, T] float32, int16 / 32768)."""
+    import soundfile
+    t = torch.arange(int(rate * seconds), dtype=torch.float64) / rate
+    voice = 0.3 * torch.sin(2 * torch.pi * 170 * t) * (0.6 + 0.4 * torch.sin(2 * torch.pi * 3 * t))
+    left, right = voice, 0.7 * torch.roll(voice, 300)
+    pcm = (torch.stack([left, right]) * 32767).round().to(torch.int16)
+    pcm[:, : int(0.3 * rate)] = 0
+    pcm[:, -int(0.2 * rate):] //= 300
+    soundfile.write(str(path), pcm.T.numpy(), rate, subtype="PCM_16")
+    return pcm.float() / 32768
+
+
+PIPELINE_TEXTS = {
+    "zh": "今天天气很好。我们去公园散步吧！明天是2024年3月15日，我们再见。" * 14,
+    "en": "It costs $5.99, said Dr. Smith. See you on March 3rd at 10:30! " * 20,
+}
+
+
+@pytest.mark.parametrize("lang", sorted(PIPELINE_TEXTS))
+def test_the_pipeline_equals_f5tts_infer(upstream, ours, tmp_path, monkeypatch, lang):
+    """A SpeakRequest with a 44.1 kHz stereo reference (as LoadAudio gives it) and its transcript, every
+    option at its default, against the user-facing F5TTS.infer(ref_file, ref_text, gen_text, seed) on
+    the same 16-bit file: the pydub reference pass, the batches, one random stream, the cross-fade.
+    Two stand-ins: torchaudio.load (it needs torchcodec here) reads the temporary WAV through soundfile,
+    the same int16 / 32768 floats; and infer_batch_process's thread pool gets one worker. With more, its
+    batches draw their noise from the global generator in whichever order their threads reach
+    torch.randn (measured: the 2-batch Chinese case draws the short batch first, so upstream's own
+    output changes from run to run); one worker draws in batch order, as its streaming path does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import f5_tts.infer.utils_infer as utils_infer
+    import soundfile
+    import torchaudio
+    from f5_tts.api import F5TTS
+    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+
+    monkeypatch.setattr(utils_infer, "ThreadPoolExecutor", lambda: ThreadPoolExecutor(max_workers=1))
+
+    def load(path, *a, **k):
+        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        return torch.from_numpy(data.T.copy()), rate
+    monkeypatch.setattr(torchaudio, "load", load)
+    ref_text = "Some call me nature, others call me mother nature."
+    samples = stereo_reference_file(tmp_path / f"ref-{lang}.wav")
+    api = F5TTS.__new__(F5TTS)
+    api.ema_model, api.vocoder = upstream
+    api.mel_spec_type, api.target_sample_rate, api.device = "vocos", 24000, "cpu"
+    want, sr, _ = api.infer(str(tmp_path / f"ref-{lang}.wav"), ref_text, PIPELINE_TEXTS[lang], show_info=lambda *a: None,
+                            progress=None, seed=7)
+    engine = F5TTSEngine(ours, ModelManager(DeviceService()))
+    got, meta = synthesize(engine, SpeakRequest(PIPELINE_TEXTS[lang], seed=7, reference_text=ref_text,
+                                                reference={"waveform": samples[None], "sample_rate": 44100}))
+    assert sr == 24000 and meta["chunks"] >= 2, meta["chunks"]
+    want = torch.from_numpy(want)                   # float64: upstream's cross-fade is numpy float64
+    assert got.shape == want.shape, f"{tuple(got.shape)} vs {tuple(want.shape)}"
+    assert torch.equal(got, want.float()), f"max |ours - upstream| {(got.double() - want).abs().max().item():.3g}"

@@ -180,7 +180,7 @@ def test_a_long_text_is_cut_generated_from_one_stream_joined_then_post_processed
     from mizuoto.nodes.common.segments import join_waves
     from mizuoto.nodes.omnivoice.phases import postprocess
     from mizuoto.nodes.omnivoice.segments import chunk_text_punctuation
-    from mizuoto.nodes.omnivoice.silence import remove_silence
+    from mizuoto.nodes.common.silence import remove_silence
     engine = OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
     text = " ".join(f"Sentence number {i} is here, and it goes on a little." for i in range(14))
     t = torch.arange(24000) / 24000
@@ -273,7 +273,7 @@ def test_duration_estimate_rules():
 
 
 def test_silence_removal_shortens_pauses_and_trims_edges():
-    from mizuoto.nodes.omnivoice.silence import remove_silence
+    from mizuoto.nodes.common.silence import remove_silence
     sr = 24000
     tone = lambda s: 0.3 * torch.sin(2 * torch.pi * 200 * torch.arange(int(s * sr)) / sr)  # noqa: E731
     quiet = lambda s: torch.zeros(int(s * sr))  # noqa: E731

@@ -234,7 +234,7 @@ def test_default_pre_and_post_processing(upstream, ours):
 
 def test_silence_removal_matches_pydub():
     from omnivoice.utils.audio import remove_silence as upstream_remove
-    from mizuoto.nodes.omnivoice.silence import remove_silence
+    from mizuoto.nodes.common.silence import remove_silence
     rng = np.random.default_rng(1)
     cases = [speech_with_pauses(seed=i)[: int(rng.integers(1000, 100000))] for i in range(12)]
     cases += [np.zeros(5000, np.float32), np.full(30000, 0.5, np.float32), np.zeros(0, np.float32),
