@@ -46,7 +46,7 @@ from ..common.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
 from .generate import Sampling, generate_codes
 from .loader import IndexTTS2Bundle
-from .text import MAX_SEGMENT_TOKENS, TextTokenizer, split_segments
+from .text import MAX_SEGMENT_TOKENS, TextNormalizer, TextTokenizer, split_segments
 
 SAMPLE_RATE = 22050
 MAX_REFERENCE_SECONDS = 15.0            # upstream's _load_and_cut_audio
@@ -102,7 +102,9 @@ class IndexTTS2Engine(Engine):
     @property
     def tokenizer(self) -> TextTokenizer:
         if self._tokenizer is None:
-            self._tokenizer = TextTokenizer(self.bundle.folder / "bpe.model")
+            folder = self.bundle.folder
+            self._tokenizer = TextTokenizer(folder / "bpe.model",
+                                            TextNormalizer.from_glossary_file(folder / "glossary.yaml"))
         return self._tokenizer
 
     # ---- estimates ------------------------------------------------------------------------------------------

@@ -1,15 +1,27 @@
-"""IndexTTS 2's text front end: a small pure-Python rule set, then upstream's sentencepiece BPE.
+"""IndexTTS 2's text front end, as upstream's TextTokenizer.encode: TextNormalizer.normalize, then
+`tokenize_by_CJK_char` (CJK characters spaced apart, everything upper-cased), then sentencepiece BPE.
 
-Upstream normalises with WeTextProcessing (pynini grammars: numbers, dates, units read out) before the
-rules kept here; that normaliser is not reproduced. What is kept, as upstream applies it: the English
-"X's" contractions of its ENGLISH_CONTRACTION_PATTERN read as "X is", its punctuation map (full-width and
-bracket characters to the few symbols the BPE knows; "$" to "." when the text has Chinese), and
-`tokenize_by_CJK_char` (CJK characters spaced apart, everything upper-cased) before `bpe.model`.
+TextNormalizer reproduces upstream's (indextts/utils/front.py) rule for rule: the language pick
+(`use_chinese`: any Chinese character, no Latin letter, an e-mail address, or pinyin with a tone digit),
+the "X's" contractions read "X is", the model folder's glossary.yaml terms, the protection of `<字|读音>`
+pronunciation annotations, tech terms (GPT-5-nano: hyphens kept, not read as minus), pinyin with tones
+(restored with j/q/x + u written v, upper-cased) and Chinese names joined by ·/-/— around the number
+normaliser, then its punctuation map (full-width and bracket characters to the few symbols the BPE knows;
+"$" to "." on the Chinese path). Numbers, dates, currency, units ... are read out by wetext: upstream's
+Mac/Windows path, `Normalizer(lang="zh", operator="tn", remove_erhua=False)` / `Normalizer(lang="en",
+operator="tn")`, the same WeTextProcessing grammars compiled (upstream's Linux path builds them with
+pynini; tests/indextts2/README.md lists where the two differ).
+
+Deliberate differences: where upstream replaces the placeholders of a `set` (its iteration order varies
+from run to run), ours are in order of first appearance; where wetext raises, upstream prints the
+traceback and reads nothing, ours raises a ValueError (Chinese); on the English path both read the text
+as it is (as upstream does where wetext's English grammar rejects it: a double space, for one).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from ...runtime.loading import CheckpointError
 from ..common.checkpoint import check_data_file
@@ -25,27 +37,154 @@ ZH_CHAR_MAP = {"$": ".", **CHAR_MAP}
 CJK = re.compile(r"([\u1100-\u11ff\u2e80-\ua4cf\ua840-\uD7AF\uF900-\uFAFF\uFE30-\uFE4F\uFF65-\uFFDC"
                  r"\U00020000-\U0002FFFF])")
 CHINESE = re.compile(r"[\u4e00-\u9fff]")
+LATIN = re.compile(r"[a-zA-Z]")
+EMAIL = re.compile(r"^[a-zA-Z0-9]+@[a-zA-Z0-9]+\.[a-zA-Z]+$")
+PINYIN_TONE = re.compile(
+    r"(?<![a-z])((?:[bpmfdtnlgkhjqxzcsryw]|[zcs]h)?(?:[aeiouüv]|[ae]i|u[aio]|ao|ou|i[aue]|[uüv]e|[uvü]ang?|uai"
+    r"|[aeiuv]n|[aeio]ng|ia[no]|i[ao]ng)|ng|er)([1-5])", re.IGNORECASE)
+NAME = re.compile(r"[\u4e00-\u9fff]+(?:[-·—][\u4e00-\u9fff]+){1,2}", re.IGNORECASE)
+TECH_TERM = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+")
+PRONUNCIATION = re.compile(r"<([^|>\n]+)\|([^>\n]+)>")
+JQX_U = re.compile(r"([jqx])[uü](n|e|an)*(\d)", re.IGNORECASE)
 
 
-def _replace(text: str, table: dict[str, str]) -> str:
-    pattern = re.compile("|".join(re.escape(k) for k in table))
-    return pattern.sub(lambda m: table[m.group()], text)
+def _table(table: dict[str, str]) -> re.Pattern:
+    return re.compile("|".join(re.escape(k) for k in table))
 
 
-def normalize(text: str) -> str:
-    """The kept rules (see the module docstring), then CJK spacing and upper case."""
-    text = CONTRACTION.sub(r"\1 is", text)
-    text = _replace(text.rstrip() if CHINESE.search(text) else text, ZH_CHAR_MAP if CHINESE.search(text) else CHAR_MAP)
-    parts = CJK.split(text.strip())
-    return " ".join(w.strip().upper() for w in parts if w.strip())
+CHAR_PATTERN, ZH_CHAR_PATTERN = _table(CHAR_MAP), _table(ZH_CHAR_MAP)
+
+
+def _letters(n: int) -> str:
+    """Upstream's _idx_to_alpha: 0 -> a, 25 -> z, 26 -> aa ..."""
+    s = ""
+    while True:
+        s = chr(ord("a") + n % 26) + s
+        n = n // 26 - 1
+        if n < 0:
+            return s
+
+
+def use_chinese(text: str) -> bool:
+    """Upstream's TextNormalizer.use_chinese: which normaliser reads `text`."""
+    if CHINESE.search(text) or not LATIN.search(text) or EMAIL.match(text):
+        return True
+    return PINYIN_TONE.search(text) is not None
+
+
+def correct_pinyin(pinyin: str) -> str:
+    """j/q/x + u/ü written v (ju4 -> JV4), upper-cased; other syllables kept as written."""
+    if pinyin[0] not in "jqxJQX":
+        return pinyin
+    return JQX_U.sub(r"\g<1>v\g<2>\g<3>", pinyin).upper()
+
+
+def tokenize_by_cjk_char(text: str) -> str:
+    """Upstream's tokenize_by_CJK_char: CJK characters spaced apart, the rest upper-cased."""
+    return " ".join(w.strip().upper() for w in CJK.split(text.strip()) if w.strip())
+
+
+class TextNormalizer:
+    """Upstream's TextNormalizer.normalize (module docstring); wetext's two normalisers are built on the
+    first text, once per object."""
+
+    def __init__(self, glossary: dict[str, Any] | None = None) -> None:
+        self.glossary = dict(glossary or {})
+        for term, value in self.glossary.items():
+            values = value.values() if isinstance(value, dict) else [value]
+            if not isinstance(term, str) or not all(isinstance(v, str) for v in values):
+                raise ValueError(f"IndexTTS 2 glossary: {term!r}: expected text, or a mapping of 'zh'/'en' to text")
+        self._zh: Any = None
+        self._en: Any = None
+
+    @classmethod
+    def from_glossary_file(cls, path: str | Path | None) -> "TextNormalizer":
+        """The model folder's glossary.yaml (upstream loads it when present; its terms replace the defaults)."""
+        if path is None or not Path(path).is_file():
+            return cls()
+        import yaml
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ValueError(f"IndexTTS 2: {path} is not a YAML glossary ({' '.join(str(e).split())[:200]})") from None
+        return cls(data if isinstance(data, dict) else None)
+
+    def _normalizers(self) -> tuple[Any, Any]:
+        if self._zh is None:
+            from wetext import Normalizer
+            self._zh = Normalizer(remove_erhua=False, lang="zh", operator="tn")
+            self._en = Normalizer(lang="en", operator="tn")
+        return self._zh, self._en
+
+    def apply_glossary(self, text: str, lang: str) -> str:
+        """Upstream's apply_glossary_terms: longest terms first, case-insensitive (the reading is a
+        re.sub template there too)."""
+        for term in sorted(self.glossary, key=len, reverse=True):
+            value = self.glossary[term]
+            reading = value.get(lang, term) if isinstance(value, dict) else value
+            text = re.compile(re.escape(term), re.IGNORECASE).sub(reading, text)
+        return text
+
+    def normalize(self, text: str) -> str:
+        zh, en = self._normalizers()
+        annotations: dict[str, str] = {}
+
+        def protect(m: re.Match) -> str:
+            key = f"PRONPLACEHOLDER{_letters(len(annotations))}PRONPLACEHOLDER"
+            annotations[key] = m.group(0)
+            return key
+
+        text = PRONUNCIATION.sub(protect, text)
+        chinese = use_chinese(text)
+        text = CONTRACTION.sub(r"\1 is", text)
+        if self.glossary:
+            text = self.apply_glossary(text, "zh" if chinese else "en")
+        # hyphens of tech terms are kept apart from the number grammar (which reads "-" as minus)
+        terms = sorted(dict.fromkeys(TECH_TERM.findall(text.rstrip() if chinese else text)), key=len, reverse=True)
+        if chinese:
+            text = text.rstrip()
+            for term in terms:
+                text = text.replace(term, term.replace("-", "<H>"))
+            pinyin = list(dict.fromkeys("".join(p) for p in PINYIN_TONE.findall(text)))
+            for i, p in enumerate(pinyin):
+                text = text.replace(p, f"<pinyin_{chr(ord('a') + i)}>")
+            names = list(dict.fromkeys(NAME.findall(text)))
+            for i, name in enumerate(names):
+                text = text.replace(name, f"<n_{chr(ord('a') + i)}>")
+            try:
+                result = zh.normalize(text)
+            except Exception as e:   # kaldifst / wetext errors share no base class; upstream would read nothing
+                raise ValueError(f"IndexTTS 2: the Chinese text normaliser failed on {text[:80]!r} ({e!r})") from e
+            for i, name in enumerate(names):
+                result = result.replace(f"<n_{chr(ord('a') + i)}>", name)
+            for i, p in enumerate(pinyin):
+                result = result.replace(f"<pinyin_{chr(ord('a') + i)}>", correct_pinyin(p))
+            if terms:
+                result = re.sub(r"\s*<H>\s*", "-", result)
+        else:
+            protected = text
+            for term in terms:
+                protected = protected.replace(term, term.replace("-", "<H>"))
+            try:
+                result = en.normalize(protected)
+                if terms:
+                    result = re.sub(r"\s*<H>\s*", "-", result)
+            except Exception:   # as upstream: the text unread (wetext's English grammar rejects "a  b", for one)
+                result = text
+        table, pattern = (ZH_CHAR_MAP, ZH_CHAR_PATTERN) if chinese else (CHAR_MAP, CHAR_PATTERN)
+        result = pattern.sub(lambda m: table[m.group()], result)
+        for key, value in annotations.items():
+            result = result.replace(key, value)
+        return result
 
 
 class TextTokenizer:
-    """bpe.model through sentencepiece; ids for the GPT's text embedding."""
+    """bpe.model through sentencepiece, after upstream's normaliser; ids for the GPT's text embedding."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, normalizer: TextNormalizer | None = None) -> None:
         import sentencepiece
         self.path = check_data_file(path, "IndexTTS 2")
+        self.normalizer = normalizer if normalizer is not None else TextNormalizer()
         try:
             self.sp = sentencepiece.SentencePieceProcessor()
             self.sp.LoadFromSerializedProto(self.path.read_bytes())   # (model_proto=b"" would load nothing)
@@ -61,13 +200,17 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.ids(self.tokenize(text))
 
+    def normalize(self, text: str) -> str:
+        """What the BPE reads: upstream's normaliser, then tokenize_by_CJK_char."""
+        return tokenize_by_cjk_char(self.normalizer.normalize(text))
+
     def tokenize(self, text: str) -> list[str]:
         """The BPE pieces of `text` (upstream's TextTokenizer.tokenize)."""
         if not text:
             return []
         if len(text.strip()) == 1:         # upstream encodes a single character as it is
             return list(self.sp.Encode(text, out_type=str))
-        return list(self.sp.Encode(normalize(text), out_type=str))
+        return list(self.sp.Encode(self.normalize(text), out_type=str))
 
     def ids(self, pieces: list[str] | tuple[str, ...]) -> list[int]:
         return [self.sp.PieceToId(p) for p in pieces]

@@ -3,8 +3,9 @@
     "$REF_VENV"/bin/python tests/indextts2/make_segment_fixtures.py "$INDEXTTS_REPO"   # or the env var
 
 For each text of TEXTS: upstream's TextTokenizer (indextts/utils/front.py) on the suite's tiny bpe.model
-(tiny.write_bpe) tokenizes it, with upstream's TextNormalizer whose WeTextProcessing grammars (not
-installed, not reproduced by the engine) are replaced by the identity; upstream's split_segments cuts
+(tiny.write_bpe) tokenizes it, with upstream's TextNormalizer on its Mac/Windows number normalisers
+(wetext, as the engine runs them; fixtures/frontend.json compares them with its Linux ones, the
+WeTextProcessing grammars; `pip install wetext==0.1.8` into the reference venv); upstream's split_segments cuts
 the pieces (max_text_tokens_per_segment=120, infer_v2's default). For each token list of TOKEN_CASES
 (pieces the real bpe.model yields: "▁.", "▁,", "-", "'"), split_segments alone. The join: upstream's
 IndexTTS2.insert_interval_silence (infer_v2.py, its source executed alone: importing infer_v2 loads the
@@ -17,7 +18,6 @@ import json
 import os
 import sys
 import tempfile
-import types
 from pathlib import Path
 
 import torch
@@ -100,9 +100,10 @@ def zero_runs(wav: torch.Tensor) -> list[list[int]]:
 
 def main(repo: Path) -> None:
     TextNormalizer, TextTokenizer, insert_interval_silence = upstream_functions(repo)
-    identity = types.SimpleNamespace(normalize=lambda text: text)
-    normalizer = TextNormalizer()
-    normalizer.zh_normalizer = normalizer.en_normalizer = identity
+    from wetext import Normalizer
+    normalizer = TextNormalizer(enable_glossary=True)
+    normalizer.zh_normalizer = Normalizer(remove_erhua=False, lang="zh", operator="tn")   # load()'s non-Linux branch
+    normalizer.en_normalizer = Normalizer(lang="en", operator="tn")
     with tempfile.TemporaryDirectory() as tmp:
         bpe = Path(tmp) / "bpe.model"
         tiny.write_bpe(bpe)

@@ -14,7 +14,7 @@ from mizuoto.nodes.common.checkpoint import ModelFolderError
 from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.indextts2 import ENGINE
 from mizuoto.nodes.indextts2.loader import is_model_folder, load_indextts2
-from mizuoto.nodes.indextts2.text import normalize
+from mizuoto.nodes.indextts2.text import TextNormalizer, tokenize_by_cjk_char
 from mizuoto.nodes.common.registry import LoadRequest
 from mizuoto.runtime import DeviceService, ModelManager
 from mizuoto.runtime.loading import CheckpointError
@@ -122,6 +122,8 @@ def test_undeclared_modes_are_refused(engine):
 
 
 def test_text_rules():
+    def normalize(text: str) -> str:
+        return tokenize_by_cjk_char(TextNormalizer().normalize(text))
     assert normalize("what's this? 你好，世界。(ok)") == "WHAT IS THIS? 你 好 , 世 界 .'OK'"
     assert normalize("a: b; c...") == "A, B, C…"
 

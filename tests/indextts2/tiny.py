@@ -190,11 +190,13 @@ CORPUS = ["HELLO WORLD", "HI THERE", "THIS IS A TEST", "SPEAK SLOWLY AND SOFTLY"
           "你 好 世 界", "今 天 天 气 很 好"]
 
 
-def e2e_config() -> dict:
+def e2e_config(max_text_tokens: int | None = None) -> dict:
     import copy
     c = copy.deepcopy(CONFIG)
     c["semantic_codec"]["hidden_size"] = E2E_WIDTH
     c["s2mel"]["length_regulator"]["in_channels"] = E2E_WIDTH
+    if max_text_tokens is not None:      # upstream's 120-piece segments need more than CONFIG's 40 positions
+        c["gpt"]["max_text_tokens"] = max_text_tokens
     return c
 
 
@@ -212,7 +214,7 @@ def write_bpe(path: Path) -> None:
     path.write_bytes(model.getvalue())
 
 
-def write_folder(root: Path) -> Path:
+def write_folder(root: Path, max_text_tokens: int | None = None) -> Path:
     """The published layout (REQUIRED in loader.py, feat1/feat2 included) with tiny seeded weights in the
     names and file formats upstream uses; shapes from our modules at the tiny e2e config."""
     from mizuoto.nodes.common.bigvgan import BigVGAN, BigVGANConfig
@@ -225,7 +227,7 @@ def write_folder(root: Path) -> Path:
     from dataclasses import replace
 
     folder = Path(root)
-    config = e2e_config()
+    config = e2e_config(max_text_tokens)
     path = write_config(folder, config)
     gc = replace(gpt_config(config, path), semantic_dim=E2E_WIDTH)
     with torch.device("meta"):
@@ -269,6 +271,54 @@ def write_folder(root: Path) -> Path:
 def reference(seconds: float = 1.2, rate: int = 22050) -> torch.Tensor:
     t = torch.arange(int(seconds * rate)) / rate
     return 0.3 * torch.sin(2 * torch.pi * 190 * t) * (1 + torch.sin(2 * torch.pi * 3 * t)) / 2
+
+
+PIPELINE_STOP_BIAS = 2.3    # the stop code's bias in the pipeline folder's mel_head: upstream's defaults allow
+                            # 1500 codes, more than the tiny GPT's positions; with it chosen seeds stop soon
+
+
+def weight_normed(state: dict[str, torch.Tensor], published: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+    """`X.weight` -> `X.weight_g` + `X.weight_v` where upstream's module (its names in `published`, from
+    keys.json; indices generalised) has torch's weight norm, as the published files hold them. v is the
+    weight and g its norm, so that the fold torch._weight_norm(v, g, 0) gives the weight back exactly."""
+    import re
+    normed = {re.sub(r"\d+", "#", k)[: -len("_g")] for k in published if k.endswith(".weight_g")}
+    out = {}
+    for k, v in state.items():
+        if re.sub(r"\d+", "#", k) in normed:
+            out[k + "_g"] = torch.norm_except_dim(v, 2, 0)
+            out[k + "_v"] = v
+        else:
+            out[k] = v
+    return out
+
+
+def write_pipeline_folder(root: Path) -> Path:
+    """write_folder with room for upstream's 120-piece segments, a GPT that stops (PIPELINE_STOP_BIAS) and
+    the weight-norm layers as the published files hold them (upstream's loaders read no other layout)."""
+    from safetensors.torch import load_file, save_file
+    folder = write_folder(root, max_text_tokens=160)
+    k = keys()
+    state = torch.load(folder / "gpt.pth", weights_only=True)
+    state["mel_head.bias"][CONFIG["gpt"]["stop_mel_token"]] = PIPELINE_STOP_BIAS
+    torch.save(state, folder / "gpt.pth")
+    s2mel = torch.load(folder / "s2mel.pth", weights_only=True)
+    s2mel["net"]["cfm"] = weight_normed(s2mel["net"]["cfm"], k["s2mel.cfm"])
+    torch.save(s2mel, folder / "s2mel.pth")
+    codec = folder / "semantic_codec" / "model.safetensors"
+    save_file(weight_normed(load_file(codec), k["codec"]), codec)
+    big = torch.load(folder / "bigvgan" / "bigvgan_generator.pt", weights_only=True)
+    torch.save({"generator": weight_normed(big["generator"], k["bigvgan"])}, folder / "bigvgan" / "bigvgan_generator.pt")
+    return folder
+
+
+def stereo_reference(seconds: float = 0.6, rate: int = 44100) -> torch.Tensor:
+    """[2, T]: two different sawtooth-like channels from integer steps, multiples of 1/1024, so the file
+    upstream reads and the tensor the pipeline gets hold the same float32 values on every CPU."""
+    n = torch.arange(int(seconds * rate))
+    left = ((n * 7) % 401 - 200) * 4 + ((n * 3) % 97 - 48) * 2
+    right = ((n * 5) % 263 - 131) * 3 - ((n * 11) % 53 - 26) * 5
+    return torch.stack([left, right]).to(torch.float32) / 1024
 
 
 def conformance_case(root: Path):
