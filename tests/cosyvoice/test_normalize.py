@@ -69,3 +69,17 @@ def test_the_graphs_load_once_per_normaliser(normalizer):
     normalizer.normalize("第2句。")
     assert normalizer._graphs["zh"] is graphs
     assert TextNormalizer(len)._graphs == {}     # a new normaliser (engine) starts without them
+
+
+def test_the_transcript_is_normalised_as_upstream_sends_it():
+    import types
+
+    from mizuoto.nodes.common.engine import Chunk
+    from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine
+    chunk = Chunk("好。", 0, segmented=True, reference_text="我在2023年说过。")
+    for version, prompt in ((2, "我在二零二三年说过。"),
+                            # v3's prompt text carries <|endofprompt|>: upstream's text_normalize leaves it as written
+                            (3, "You are a helpful assistant.<|endofprompt|>我在2023年说过。")):
+        engine = types.SimpleNamespace(version=version, normalizer=TextNormalizer(len))
+        engine.lm_text = lambda c, e=engine: CosyVoiceEngine.lm_text(e, c)
+        assert CosyVoiceEngine.llm_texts(engine, chunk, True) == ("好。", prompt, True)
