@@ -4,10 +4,9 @@ features of a reference recording.
 - Text tokens: Qwen2 byte-level BPE rebuilt from `CosyVoice-BlankEN/vocab.json` + `merges.txt` with the
   `tokenizers` package, plus upstream's added special tokens in upstream's order (v3 adds ~300 phoneme
   tokens; `<|endofprompt|>` gets id 151646 in the real vocabulary).
-- Text normalisation: upstream uses ttsfrd or wetext when installed and otherwise falls back to a few
-  rules; we ship that fallback rule set (Chinese: blanks, corner marks, brackets, full stops; English:
-  as written, numbers are not spelled out since that needs `inflect`). Text holding `<|...|>` markup is
-  left untouched, as upstream does.
+- Text normalisation: upstream's `text_normalize` as it runs with its requirements installed (wetext's
+  Chinese / English TN, then its own rules, inflect for the digits left in English text, split_paragraph):
+  `TextNormalizer`. Text holding `<|...|>` markup is left untouched, as upstream does.
 - Features (each bit-exact against the upstream function in the fixtures): Whisper's 128-bin log-mel at
   16 kHz (speech tokenizer), Kaldi fbank at 16 kHz (CAM++), Matcha's 80-bin log-mel at 24 kHz (flow prompt).
 """
@@ -17,6 +16,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..common.checkpoint import load_json, read_text_bounded, tokenizer_errors
 
@@ -105,9 +105,19 @@ class TextTokenizer:
         return self.tok.token_to_id(content)
 
 
-# ---- text rules (upstream's fallback without ttsfrd / wetext) -------------------------------------------------
+# ---- text normalisation (upstream's text_normalize with its requirements: wetext 0.0.4 and inflect) -------
 
 _CHINESE = re.compile(r"[\u4e00-\u9fff]+")
+_DIGIT = re.compile(r"\d")      # wetext 0.0.4 normalises only text holding a (Unicode) digit
+# wetext 0.0.4's TokenParser orders for TN: these tokens' fields are re-serialised in this order (fields not
+# listed are dropped), unless the token carries preserve_order: "true".
+_TN_ORDERS = {
+    "zh": {"date": ("year", "month", "day"), "fraction": ("denominator", "numerator"),
+           "measure": ("denominator", "numerator", "value"), "money": ("value", "currency"),
+           "time": ("noon", "hour", "minute", "second")},
+    "en": {"date": ("preserve_order", "text", "day", "month", "year"),
+           "money": ("integer_part", "fractional_part", "quantity", "currency_maj")},
+}
 
 
 def contains_chinese(text: str) -> bool:
@@ -115,25 +125,21 @@ def contains_chinese(text: str) -> bool:
 
 
 def _replace_blank(text: str) -> str:
-    """Drop spaces except between two ASCII non-space characters."""
+    """Upstream's replace_blank: drop spaces except between two ASCII non-space characters (its
+    text[i - 1] at i = 0 reads the last character; a final space, where upstream raises, is dropped)."""
     out = []
     for i, c in enumerate(text):
         if c == " ":
-            if 0 < i < len(text) - 1 and text[i + 1].isascii() and text[i + 1] != " " and \
-                    text[i - 1].isascii() and text[i - 1] != " ":
+            after, before = text[i + 1] if i + 1 < len(text) else " ", text[i - 1]
+            if after.isascii() and after != " " and before.isascii() and before != " ":
                 out.append(c)
         else:
             out.append(c)
     return "".join(out)
 
 
-def normalize_text(text: str) -> str:
-    """Upstream `text_normalize(split=False)` with no text front-end installed (and no `inflect`)."""
-    if "<|" in text and "|>" in text:
-        return text
-    text = text.strip()
-    if not contains_chinese(text):
-        return text
+def _chinese_rules(text: str) -> str:
+    """Upstream's rules after TN on Chinese text (newlines, blanks, corner marks, full stops, brackets)."""
     text = text.replace("\n", "")
     text = _replace_blank(text)
     text = text.replace("²", "平方").replace("³", "立方")
@@ -143,14 +149,155 @@ def normalize_text(text: str) -> str:
     return re.sub(r"[，,、]+$", "。", text)
 
 
+def reorder_tokens(tagged: str, lang: str) -> str:
+    """wetext 0.0.4's TokenParser(lang, "tn").reorder: parse the tagger's `name { key: "value" ... }`
+    tokens and write them again, the fields of ordered tokens in _TN_ORDERS' order (others dropped).
+    Values are kept as written, escapes included (wetext 0.1.8's reorder keeps unlisted fields and
+    re-escapes backslashes, which changes the verbalizer's input)."""
+    orders, n, i = _TN_ORDERS[lang], len(tagged), 0
+    out = []
+
+    def key_at(j: int) -> tuple[str, int]:
+        k = j
+        while k < n and (tagged[k].isascii() and tagged[k].isalpha() or tagged[k] == "_"):
+            k += 1
+        return tagged[j:k], k
+
+    def skip(j: int, chars: str) -> int:
+        for ch in chars:             # each character of `chars` at most once, in turn (parse_chars)
+            if j < n and tagged[j] == ch:
+                j += 1
+        return j
+
+    while True:
+        while i < n and tagged[i] == " ":
+            i += 1
+        if i >= n:
+            break
+        name, i = key_at(i)
+        i = skip(i, " { ")
+        fields: list[tuple[str, str]] = []
+        while True:
+            while i < n and tagged[i] == " ":
+                i += 1
+            if i >= n:
+                break
+            if tagged[i] == "}":
+                i += 1
+                break
+            key, i = key_at(i)
+            i = skip(i, ': "')
+            start = i
+            while i < n and tagged[i] != '"':
+                i += 2 if tagged[i] == "\\" else 1
+            if i >= n:
+                raise ValueError(f"wetext: unterminated value in the tagger's output {tagged!r}")
+            fields.append((key, tagged[start:i]))
+            i += 1
+        members = dict(fields)
+        order = [k for k, _ in fields]
+        if name in orders and members.get("preserve_order") != "true":
+            order = list(orders[name])
+        out.append(name + " {" + "".join(f' {k}: "{members[k]}"' for k in order if k in members) + " }")
+    return " ".join(out)
+
+
 def only_punctuation(text: str) -> bool:
     """Upstream's is_only_punctuation (`^[\\p{P}\\p{S}]*$`), also true for blank text."""
     return all(unicodedata.category(c)[0] in "PSZ" for c in text)
 
 
+class TextNormalizer:
+    """Upstream's `CosyVoiceFrontEnd.text_normalize` with its requirements installed (text_frontend
+    'wetext', inflect), step for step:
+
+    - text holding `<|...|>` markup is left as it is; otherwise it is stripped;
+    - Chinese (a CJK ideograph in it): wetext's Chinese TN, upstream's rules, split_paragraph by characters;
+    - otherwise: wetext's English TN, the digits left spelled out by inflect, split_paragraph by text tokens;
+    - segments of punctuation only are dropped.
+
+    wetext as upstream pins it (0.0.4): `Normalizer(remove_erhua=False).normalize` runs TN only on text with a
+    digit, in the language of that test (zh if a CJK ideograph, else en), as tagger -> reorder -> verbalizer,
+    nothing stripped (text its grammar cannot read, where upstream fails, stays as written). We run the same
+    compiled grammars (WeTextProcessing's zh/en TN tagger and verbalizer,
+    shipped in wetext 0.1.8's wheel) through kaldifst the same way; 0.1.8's own `normalize` differs (English
+    always normalised, text stripped, `.isdigit()` text taken as Chinese). The graphs and inflect load on
+    first use, once per normaliser."""
+
+    def __init__(self, tokenize: Callable[[str], list[int]]) -> None:
+        self.tokenize = tokenize
+        self._graphs: dict[str, tuple[Any, Any]] = {}
+        self._inflect: Any = None
+
+    def _wetext(self, text: str, lang: str) -> str:
+        if not _DIGIT.search(text):
+            return text
+        if lang not in self._graphs:
+            try:
+                from wetext.constants import FSTS   # importing wetext loads its graphs (kaldifst)
+            except ImportError:
+                raise ImportError("CosyVoice's text normalisation needs the `wetext` package "
+                                  "(pip install 'wetext>=0.1.8,<0.2')") from None
+            self._graphs[lang] = (FSTS[lang]["tn"]["tagger"], FSTS[lang]["tn"]["verbalizer"])
+        tagger, verbalizer = self._graphs[lang]
+        tagged = tagger(text)
+        if not tagged.strip():
+            # the grammar has no reading of the whole text (English "#1", "+1 202 ..."): upstream fails there
+            # (wetext 0.0.4 asserts on the empty tagging); we go on with the text as written
+            return text
+        return verbalizer(reorder_tokens(tagged, lang))
+
+    def spell_out_number(self, text: str) -> str:
+        """Upstream's spell_out_number: every run of `str.isdigit()` characters through inflect's number_to_words
+        (inflect, slow to import, loads only when a digit is left)."""
+        if not any(c.isdigit() for c in text):
+            return text
+        if self._inflect is None:
+            try:
+                import inflect
+            except ImportError:
+                raise ImportError("CosyVoice's English text normalisation needs the `inflect` package "
+                                  "(pip install 'inflect>=7.3.1,<8')") from None
+            self._inflect = inflect.engine()
+        out, start = [], None
+        for i, c in enumerate(text):
+            if c.isdigit():
+                start = i if start is None else start
+                continue
+            if start is not None:
+                out.append(self._inflect.number_to_words(text[start:i]))
+                start = None
+            out.append(c)
+        if start is not None:
+            out.append(self._inflect.number_to_words(text[start:]))
+        return "".join(out)
+
+    def _normalized(self, text: str) -> tuple[str, str]:
+        text = text.strip()
+        if contains_chinese(text):
+            return _chinese_rules(self._wetext(text, "zh")), "zh"
+        return self.spell_out_number(self._wetext(text, "en")), "en"
+
+    def normalize(self, text: str) -> str:
+        """`text_normalize(text, split=False)`: the whole text normalised (a reference transcript)."""
+        if "<|" in text and "|>" in text or not text:
+            return text
+        return self._normalized(text)[0]
+
+    def segments(self, text: str) -> list[str]:
+        """`text_normalize(text, split=True)`: the normalised segments the LM reads, in order (blank text,
+        where upstream's split_paragraph raises, has none)."""
+        if "<|" in text and "|>" in text:
+            return [text]
+        text, lang = self._normalized(text)
+        if not text:
+            return []
+        parts = split_paragraph(text, self.tokenize, lang)
+        # upstream's is_only_punctuation: `^[\p{P}\p{S}]*$` (a space is not punctuation there)
+        return [p for p in parts if not all(unicodedata.category(c)[0] in "PS" for c in p)]
 
 
-# ---- segments (upstream's text_normalize(split=True) and frontend_utils.split_paragraph) ---------------------
+# ---- segments (upstream's frontend_utils.split_paragraph) ------------------------------------------------------
 
 def split_paragraph(text: str, tokenize: Callable[[str], list[int]], lang: str = "zh", token_max_n: int = 80,
                     token_min_n: int = 60, merge_len: int = 20, comma_split: bool = False) -> list[str]:
@@ -188,20 +335,3 @@ def split_paragraph(text: str, tokenize: Callable[[str], list[int]], lang: str =
         else:
             final.append(current)
     return final
-
-
-def split_segments(text: str, tokenize: Callable[[str], list[int]]) -> list[str]:
-    """Upstream's `text_normalize(text, split=True)` with no text front-end installed: the segments the
-    LM reads, already normalised (Chinese rules, then split_paragraph by characters; other text split by
-    text tokens), those of punctuation only dropped. Numbers are not spelled out (upstream's inflect)."""
-    if "<|" in text and "|>" in text:
-        return [text]
-    text = text.strip()
-    if not text:
-        return []
-    if contains_chinese(text):
-        parts = split_paragraph(normalize_text(text), tokenize, "zh")
-    else:
-        parts = split_paragraph(text, tokenize, "en")
-    # upstream's is_only_punctuation: `^[\p{P}\p{S}]*$` (a space is not punctuation there)
-    return [p for p in parts if not all(unicodedata.category(c)[0] in "PS" for c in p)]

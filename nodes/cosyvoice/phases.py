@@ -35,7 +35,7 @@ from ..common.engine import Capabilities, Chunk, Engine, Reference
 from ..common.segments import Segment
 from ..common.transformer import kv_position_bytes
 from ..common.mel import kaldi_fbank, matcha_mel, whisper_log_mel
-from .frontend import ENDOFPROMPT, V3_SYSTEM, TextTokenizer, normalize_text, only_punctuation, split_segments
+from .frontend import ENDOFPROMPT, V3_SYSTEM, TextNormalizer, TextTokenizer, only_punctuation
 from .loader import QWEN_DIR, CosyVoiceBundle
 from ..common.sampling import ras_sample
 
@@ -73,6 +73,7 @@ class CosyVoiceEngine(Engine):
         super().__init__(manager, handles + self.prompt_handles, device, name)
         self.llm_handle, self.flow_handle, self.hift_handle = llm, flow, hift
         self._tokenizer: TextTokenizer | None = None
+        self._normalizer: TextNormalizer | None = None
 
     @property
     def version(self) -> int:
@@ -83,6 +84,13 @@ class CosyVoiceEngine(Engine):
         if self._tokenizer is None:
             self._tokenizer = TextTokenizer(self.bundle.folder / QWEN_DIR, self.version)
         return self._tokenizer
+
+    @property
+    def normalizer(self) -> TextNormalizer:
+        """Upstream's text_normalize (wetext + inflect), built on first use: its graphs load once per engine."""
+        if self._normalizer is None:
+            self._normalizer = TextNormalizer(self.tokenizer.encode)
+        return self._normalizer
 
     def ids(self, text: str) -> Tensor:
         return torch.tensor([self.tokenizer.encode(text)], dtype=torch.long)
@@ -218,17 +226,16 @@ class CosyVoiceEngine(Engine):
         return ctx.run("vocoder", [self.hift_handle], run, memory=self.vocoder_memory(mel.shape[2]))
 
     # ---- one chunk -------------------------------------------------------------------------------------------
-    @staticmethod
-    def lm_text(chunk: Chunk) -> str:
+    def lm_text(self, chunk: Chunk) -> str:
         """The chunk's text as the LM reads it: split_text's segments are normalised already (normalising
         twice would strip a segment's leading space or turn its final "、" into "。")."""
-        return chunk.text if chunk.segmented else normalize_text(chunk.text)
+        return chunk.text if chunk.segmented else self.normalizer.normalize(chunk.text)
 
     def split_text(self, text: str, reference: Reference | None = None,
                    reference_text: str | None = None, language: str = "auto",
                    speed: float = 1.0) -> list[str | Segment]:
-        """Upstream's text_normalize(split=True): normalised, then split_paragraph (80/60/20)."""
-        return list(split_segments(text, self.tokenizer.encode))
+        """Upstream's text_normalize(split=True): normalised (wetext, inflect), then split_paragraph (80/60/20)."""
+        return list(self.normalizer.segments(text))
 
     def llm_texts(self, chunk: Chunk, has_prompt_speech: bool) -> tuple[str, str, bool]:
         """(text, prompt text, use the prompt's speech tokens in the LM) for the chunk's mode."""
@@ -240,9 +247,13 @@ class CosyVoiceEngine(Engine):
                 instruction = (f"{V3_SYSTEM} {instruction}" if v3 else instruction) + ENDOFPROMPT
             return text, instruction, False
         if chunk.reference_text and has_prompt_speech:
-            transcript = normalize_text(chunk.reference_text)
+            transcript = chunk.reference_text
             if v3 and ENDOFPROMPT not in transcript:
+                # upstream's v3 prompt text carries the system prompt's <|endofprompt|>, so text_normalize
+                # leaves it as written: the transcript is not normalised either
                 transcript = f"{V3_SYSTEM}{ENDOFPROMPT}{transcript}"
+            else:
+                transcript = self.normalizer.normalize(transcript)   # text_normalize(prompt_text, split=False)
             return text, transcript, True
         if v3 and ENDOFPROMPT not in text:
             text = f"{V3_SYSTEM}{ENDOFPROMPT}{text}"

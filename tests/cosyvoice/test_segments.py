@@ -1,5 +1,5 @@
-"""CosyVoice segments as upstream's text_normalize(split=True) cuts them (fixtures/segments.json, recorded by
-make_segment_fixtures.py from upstream; README.md)."""
+"""CosyVoice segments as upstream's text_normalize(split=True) cuts them, wetext and inflect installed
+(fixtures/segments.json, recorded by make_segment_fixtures.py from upstream; README.md)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pytest
 
 from mizuoto.nodes.common.engine import Chunk
 from mizuoto.nodes.common.segments import Join
-from mizuoto.nodes.cosyvoice.frontend import TextTokenizer, split_paragraph, split_segments
+from mizuoto.nodes.cosyvoice.frontend import TextNormalizer, TextTokenizer, split_paragraph
 from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine
 
 from cosyvoice.tiny import FIXTURES, write_tokenizer
@@ -33,8 +33,7 @@ def test_the_fixture_covers_enough_cases():
 @pytest.mark.parametrize("version, case", CASES, ids=lambda x: x["text"][:20] if isinstance(x, dict) else f"v{x}")
 def test_segments_equal_upstream(tokenizers, version, case):
     tok = tokenizers[version]
-    assert split_segments(case["text"], tok.encode) == case["segments"]
-    engine = types.SimpleNamespace(tokenizer=tok)
+    engine = types.SimpleNamespace(normalizer=TextNormalizer(tok.encode))
     assert CosyVoiceEngine.split_text(engine, case["text"]) == case["segments"]
 
 
@@ -46,8 +45,9 @@ def test_split_paragraph_packs_by_characters_for_chinese():
 
 def test_a_segment_reaches_the_lm_as_upstream_feeds_it():
     # normalising a segment again would strip its space and turn the final "、" into "。"
-    assert CosyVoiceEngine.lm_text(Chunk(" 你好、", 0, segmented=True)) == " 你好、"
-    assert CosyVoiceEngine.lm_text(Chunk(" 你好、", 0)) == "你好。"
+    engine = types.SimpleNamespace(normalizer=TextNormalizer(len))
+    assert CosyVoiceEngine.lm_text(engine, Chunk(" 你好、", 0, segmented=True)) == " 你好、"
+    assert CosyVoiceEngine.lm_text(engine, Chunk(" 你好、", 0)) == "你好。"
 
 
 def test_segments_are_concatenated_as_upstream_yields_them():

@@ -179,6 +179,16 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
 """ + _HIFT.format(hift_class="CausalHiFTGenerator", f0_class="CausalConvRNNF0Predictor",
                    extra="\n    conv_pre_look_right: 4", fmax="null")
 
+# The published YAMLs' text front end (what upstream's CosyVoice2 / CosyVoice3 constructors read).
+_TOKENIZER = """
+get_tokenizer: !name:cosyvoice.tokenizer.tokenizer.get_qwen_tokenizer
+    token_path: !ref <qwen_pretrain_path>
+    skip_special_tokens: True{version}
+allowed_special: 'all'
+"""
+YAML_V2 += _TOKENIZER.format(version="")
+YAML_V3 += _TOKENIZER.format(version="\n    version: cosyvoice3")
+
 YAMLS = {2: YAML_V2, 3: YAML_V3}
 
 
@@ -228,9 +238,11 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def write_folder(folder: Path, version: int, keys: dict[str, dict[str, list[int]]] | None = None,
-                 seed: int = SEED) -> Path:
+                 seed: int = SEED, end_bias: float = 0.0) -> Path:
     """A complete tiny model folder: YAML, CosyVoice-BlankEN, llm/flow/hift.pt from `keys` (default: the
-    committed upstream key list), and the two ONNX files if the fixtures hold them."""
+    committed upstream key list), and the two ONNX files if the fixtures hold them. `end_bias` (v2) raises
+    the LM's end-of-speech logit: the random LM otherwise almost never ends, so every run lasts upstream's
+    20 speech tokens per text token; with it a sentence ends soon after the 2 per text token minimum."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"cosyvoice{version}.yaml").write_text(YAMLS[version], encoding="utf-8")
     qwen = folder / "CosyVoice-BlankEN"
@@ -239,8 +251,13 @@ def write_folder(folder: Path, version: int, keys: dict[str, dict[str, list[int]
     write_tokenizer(qwen)
     if keys is None:
         keys = json.loads((FIXTURES / f"keys_v{version}.json").read_text())
+    if end_bias and version != 2:
+        raise ValueError("end_bias: only for the v2 LM (its end-of-speech row is speech_token_size, 6561)")
     for name in ("llm", "flow", "hift"):
-        torch.save(seeded_state(keys[name], seed), folder / f"{name}.pt")
+        state = seeded_state(keys[name], seed)
+        if name == "llm" and end_bias:
+            state["llm_decoder.bias"][6561] += end_bias
+        torch.save(state, folder / f"{name}.pt")
     for name in ("campplus.onnx", f"speech_tokenizer_v{version}.onnx"):
         src = FIXTURES / name
         (folder / name).write_bytes(src.read_bytes() if src.is_file() else b"")
@@ -258,3 +275,16 @@ def conformance_case(root: Path):
     folder = write_folder(Path(root) / "tiny-v2", 2)
     return Case(folder, SpeakRequest("hi", seed=5, reference={"waveform": wav[None, None], "sample_rate": 24000},
                                      reference_text="he"))
+
+
+def stereo_reference(seconds: float = 1.5, rate: int = 44100) -> torch.Tensor:
+    """A 44.1 kHz stereo reference [2, T] made with integer arithmetic and one division, so it is the same
+    float32 bits on every machine: two sawtooth voices (~180 / ~230 Hz) under a 3 Hz triangle envelope, plus
+    a little LCG noise, the channels differently weighted."""
+    n = torch.arange(int(seconds * rate), dtype=torch.int64)
+    saw = lambda period: (n % period) * 2 - period                      # noqa: E731  in [-period, period)
+    tri = (n % 14700 - 7350).abs()                                      # 3 Hz, in [0, 7350]
+    noise = (n * 1103515245 + 12345) % 2147483648 - 1073741824
+    left = (saw(245) * 2 + saw(192)) * tri // 2048 + noise // 8388608
+    right = (saw(245) + saw(192) * 2) * tri // 2048 - noise // 8388608
+    return (torch.stack([left, right]).to(torch.float64) / 8192.0).float()

@@ -1,0 +1,128 @@
+"""Upstream CosyVoice 2's user-facing call on the tiny folder, recorded for tests/cosyvoice/test_pipeline.py.
+
+    "$REF_VENV"/bin/python tests/cosyvoice/make_pipeline_fixtures.py "$COSYVOICE_REPO" "$WETEXT_FSTS"
+
+`CosyVoice2(folder).inference_zero_shot(text, prompt_text, prompt_wav)` (cosyvoice/cli/cosyvoice.py, fp32
+on the CPU, stream=False, speed 1, text_frontend on: wetext 0.0.4 + inflect 7.3.1 as in
+make_segment_fixtures.py) on tiny.write_folder's v2 folder (the published layout) with a 44.1 kHz stereo
+WAV (tiny.stereo_reference, float32 samples) and its transcript. Upstream's noise sources are process-wide
+(the global torch RNG for RAS sampling and the NSF's noise, a seed-0 flow noise buffer made at
+construction); the Speak pipeline gives each segment i its own seed (the request's seed + i), so before
+segment i the script seeds them the way the engine does: torch.manual_seed(seed + i) before the segment is
+drawn (the LM's sampling), the flow's noise buffer redrawn as torch.randn(1, 80, 15000) from a generator
+seeded seed + i, and torch.manual_seed(seed + i) again as HiFT starts (its sine phases and noise).
+Upstream's own code runs otherwise unchanged. Qwen2Encoder is built from the tiny config (no pretrained
+weights; llm.pt fills it), torchaudio.load reads the WAV with soundfile (torchaudio 2.11 has no backend
+here). Writes fixtures/pipeline_v2.pt: per case the segments and prompt text upstream's LM read, the
+speech tokens of each segment and the concatenated waveform (none for zh_paragraph, float16 for en_numbers: 5e-4 of the
+audio's scale at most, far under the test's bound).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))   # a script, never imported by the tests
+
+import tiny  # noqa: E402
+
+# (name, text, transcript, seed): multi-sentence Chinese with a date and numbers (default suite); a Chinese
+# paragraph and English with numbers, both cut into two segments (--slow, their audio stored in float16).
+CASES = [
+    ("zh_date", "3月5日。晴！", "我在2023年说过。", 11),
+    ("zh_paragraph", "今天是2024年3月15日，气温25℃，湿度60%。我们下午3点出发去公园散步，票价是120元，大家记得带水和雨伞。"
+                     "明天是3月16日，预计有小雨，气温降到12℃。", "我在2023年说过。", 12),
+    ("en_numbers", "On May 5th, 2024 I paid $19.99 for 3 books. That's 50% off!", "I said it in 2023.", 13),
+]
+SLOW = ("zh_paragraph", "en_numbers")
+TOKENS_ONLY = ("zh_paragraph",)   # 21 s of audio: its segments and tokens are compared, the audio of the others
+END_BIAS = 8.0      # tiny.write_folder: sentences end soon after upstream's minimum length
+SEED_MODULUS = 2 ** 63
+
+
+def main(repo: Path, fsts: Path) -> None:
+    import make_fixtures
+    import make_segment_fixtures
+    make_segment_fixtures.wetext_stand_in(fsts)        # before make_fixtures' empty modelscope stand-in
+    make_fixtures.setup_upstream(repo)
+    import soundfile
+    import torchaudio
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import cosyvoice.llm.llm as llm_mod
+    from cosyvoice.cli.cosyvoice import CosyVoice2
+
+    def qwen_init(self, pretrain_path):
+        torch.nn.Module.__init__(self)
+        self.model = Qwen2ForCausalLM(Qwen2Config.from_pretrained(pretrain_path))
+
+    def load(path, *args, **kwargs):
+        data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        return torch.from_numpy(data.T.copy()), rate
+
+    llm_mod.Qwen2Encoder.__init__ = qwen_init
+    torchaudio.load = load
+    torch.set_num_threads(1)
+    out: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = tiny.write_folder(Path(tmp) / "tiny-v2", 2, end_bias=END_BIAS)
+        wav_path = Path(tmp) / "reference.wav"
+        soundfile.write(wav_path, tiny.stereo_reference().T.numpy(), 44100, subtype="FLOAT")
+        model = CosyVoice2(str(folder))
+        model.model.llm.eval(), model.model.flow.eval(), model.model.hift.eval()
+        seen: dict[str, list] = {}
+        state = {"seed": 0}
+        frontend_zero_shot, token2wav, hift_inference = (model.frontend.frontend_zero_shot, model.model.token2wav,
+                                                          model.model.hift.inference)
+
+        def record_frontend(tts_text, prompt_text, *a, **k):
+            seen["segments"].append(tts_text)
+            seen["prompt_text"] = prompt_text
+            return frontend_zero_shot(tts_text, prompt_text, *a, **k)
+
+        def record_tokens(token, *a, **k):
+            seen["tokens"].append(token[0].long().clone())
+            return token2wav(token, *a, **k)
+
+        def seeded_hift(*a, **k):
+            torch.manual_seed(state["seed"])
+            return hift_inference(*a, **k)
+
+        model.frontend.frontend_zero_shot, model.model.token2wav = record_frontend, record_tokens
+        model.model.hift.inference = seeded_hift
+        for name, text, transcript, seed in CASES:
+            seen.update(segments=[], tokens=[])
+            waves = []
+            run = model.inference_zero_shot(text, transcript, str(wav_path), stream=False)
+            for i in range(1000):
+                state["seed"] = (seed + i) % SEED_MODULUS
+                torch.manual_seed(state["seed"])
+                model.model.flow.decoder.rand_noise = torch.randn(
+                    [1, 80, 50 * 300], generator=torch.Generator().manual_seed(state["seed"]))
+                try:
+                    waves.append(next(run)["tts_speech"][0])
+                except StopIteration:
+                    break
+            out[name] = {"text": text, "reference_text": transcript, "seed": seed, "segments": list(seen["segments"]),
+                         "prompt_text": seen["prompt_text"], "tokens": list(seen["tokens"]), "speech": torch.cat(waves)}
+            print(name, seen["segments"], seen["prompt_text"], [len(t) for t in seen["tokens"]], out[name]["speech"].shape)
+            if name in SLOW:
+                out[name]["speech"] = out[name]["speech"].half()
+            if name in TOKENS_ONLY:
+                del out[name]["speech"]
+    torch.save(out, tiny.FIXTURES / "pipeline_v2.pt")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:] + [None, None]
+    source = args[0] or os.environ.get("COSYVOICE_REPO")
+    fsts = args[1] or os.environ.get("WETEXT_FSTS")
+    if not source or not fsts:
+        sys.exit("make_pipeline_fixtures.py needs CosyVoice's source and wetext 0.1.8's fsts folder: pass them or "
+                 "set $COSYVOICE_REPO and $WETEXT_FSTS")
+    main(Path(source), Path(fsts))
