@@ -67,3 +67,22 @@ def one_thread(request):
     torch.set_num_threads(request.config.getoption("--threads"))
     yield
     torch.set_num_threads(n)
+
+
+def pytest_collection_finish(session):
+    """Golden travel's other-machine runs start as soon as the suite is collected, when its tests are in
+    it: they take ~90 s of CPU, which then overlaps the rest of the suite rather than adding to it."""
+    for item in session.items:
+        start = getattr(getattr(item, "module", None), "start_machines", None)
+        if start is not None and item.get_closest_marker("slow") is None:
+            start(session.config)
+            return
+
+
+def pytest_sessionfinish(session):
+    for item in session.items:
+        stop = getattr(getattr(item, "module", None), "stop_machines", None)
+        if stop is not None:
+            stop(session.config)
+            return
+

@@ -57,13 +57,26 @@ def start(name: str) -> subprocess.Popen:
                             text=True, env={**os.environ, **env_extra}, cwd=TESTS.parent)
 
 
-@pytest.fixture(scope="module")
-def machines():
-    """The default perturbations started side by side (CI has two cores; each run is mostly one thread)."""
-    procs = {name: start(name) for name in PERTURBATIONS}
-    yield procs
-    for proc in procs.values():
+MACHINES = pytest.StashKey[dict]()
+
+
+def start_machines(config: pytest.Config) -> dict[str, subprocess.Popen]:
+    """The default perturbations, started once per session (tests/conftest.py starts them as soon as the
+    suite is collected, so they run beside it on CI's second core instead of after it)."""
+    if MACHINES not in config.stash:
+        config.stash[MACHINES] = {name: start(name) for name in PERTURBATIONS}
+    return config.stash[MACHINES]
+
+
+def stop_machines(config: pytest.Config) -> None:
+    for proc in config.stash.get(MACHINES, {}).values():
         proc.kill()
+
+
+@pytest.fixture(scope="module")
+def machines(request):
+    yield start_machines(request.config)
+    stop_machines(request.config)
 
 
 @pytest.mark.parametrize("name", [*PERTURBATIONS, *[pytest.param(n, marks=pytest.mark.slow) for n in ALONE]])
