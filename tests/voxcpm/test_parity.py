@@ -109,8 +109,12 @@ def silent_pair(tmp_path_factory):
     return up, load_voxcpm(folder, torch.float32)
 
 
-def wave_file(tmp_path: Path, name: str, wav: torch.Tensor) -> str:
+def wave_file(tmp_path: Path, name: str, wav: torch.Tensor, rate: int = 16000) -> str:
+    """A float32 WAV file of `wav` ([T] or [C, T]): librosa reads it when installed, the stand-in from
+    _WAVES (mono, at the model's rate) when not."""
+    import soundfile
     path = str(tmp_path / name)
+    soundfile.write(path, wav.numpy().T.astype(np.float32), rate, subtype="FLOAT")
     _WAVES[path] = wav.numpy().astype(np.float32)
     return path
 
@@ -219,3 +223,41 @@ def test_bfloat16_equal(tmp_path):
         wav, feats, _ = run_ours(ours, text, 17)
         assert feats.shape == feats_up.shape
         assert torch.equal(feats.to(feats_up.dtype), feats_up) and torch.equal(wav, wav_up)
+
+
+@pytest.mark.skipif(_STUB is not None, reason="reading a 44.1 kHz stereo file needs the real librosa")
+@pytest.mark.parametrize("text,transcript", [
+    ("今天天气很好。我们去公园散步吧！\n明天是2024年3月15日。", "你好"),
+    ("It costs $5.99, said Dr. Smith. See you at 10:30!", None),
+])
+def test_the_pipeline_in_bfloat16_equals_voxcpm_generate(tmp_path, text, transcript):
+    """The user's path: the published bfloat16 folder loaded at its default precision, a SpeakRequest with
+    a 44.1 kHz stereo reference (and, in the Chinese case, its transcript: continuation as well as
+    reference cloning), every option at its default, through the Speak pipeline; against upstream's
+    VoxCPM.generate(text, reference_wav_path=..., prompt_wav_path=..., prompt_text=...) on the same file
+    (librosa.load(sr=16000, mono=True): the mean, then soxr)."""
+    from voxcpm.core import VoxCPM
+    from voxcpm.model.voxcpm2 import VoxCPM2Model
+    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.voxcpm.phases import VoxCPMEngine
+    from mizuoto.runtime import DeviceService, ModelManager
+    folder = tmp_path / "bf16"
+    # max_length: upstream's static cache must hold the reference, the continuation and the text
+    upstream_model(folder, tiny.config(dtype="bfloat16", max_length=4096), seed=5)
+    api = VoxCPM.__new__(VoxCPM)
+    api.tts_model = VoxCPM2Model.from_local(str(folder), optimize=False, device="cpu")
+    api.text_normalizer = api.denoiser = None
+    left = tiny.reference_wave(0.6, rate=44100, freq=190.0)
+    stereo = torch.stack([left, 0.6 * torch.roll(left, 200)])
+    path = wave_file(tmp_path, "ref.wav", stereo, rate=44100)
+    torch.manual_seed(17)
+    want = api.generate(text=text, reference_wav_path=path, prompt_wav_path=path if transcript else None,
+                        prompt_text=transcript)
+    engine = VoxCPMEngine(load_voxcpm(folder, None), ModelManager(DeviceService()))
+    assert engine.bundle.dtype == torch.bfloat16
+    got, meta = synthesize(engine, SpeakRequest(text, seed=17, reference_text=transcript,
+                                                reference={"waveform": stereo[None], "sample_rate": 44100}))
+    want = torch.from_numpy(want)
+    assert meta["chunks"] == 1 and got.shape == want.shape, f"{tuple(got.shape)} vs {tuple(want.shape)}"
+    assert torch.equal(got, want), f"max |ours - upstream| {(got - want).abs().max().item():.3g}"
+
