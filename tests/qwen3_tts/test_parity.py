@@ -247,3 +247,29 @@ def test_half_precision(folders, dtype):
     with engine.manager.request(seed=0) as ctx:
         mine = engine.speak(ctx, text, language="english", speaker="vivian", **GREEDY)
     close(mine, wavs[0], f"custom voice waveform in {dtype}")
+
+
+# ---- through the Speak pipeline, upstream's defaults, against generate_voice_clone ------------------------
+
+@pytest.mark.parametrize("text", ["今天天气很好。我们去公园散步吧！\n明天是2024年3月15日。", "It costs $5.99. See you at 10:30!"])
+def test_the_pipeline_equals_generate_voice_clone(folders, tmp_path, text):
+    """The Base model's user path: a SpeakRequest with a 44.1 kHz stereo reference and its transcript, every
+    option at its default (sampling on), against the user-facing generate_voice_clone(text, ref_audio=<the
+    same float WAV>, ref_text) after torch.manual_seed (librosa.load(sr=None, mono=True): the mean; a
+    stereo array passed as a tuple fails upstream, `a[0] = ...` on a tuple). Needs librosa."""
+    import soundfile
+    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    tts, engine = upstream(folders["base"]), ours(folders["base"])
+    left = reference_audio(44100)
+    stereo = np.stack([left, 0.6 * np.roll(left, 200)]).astype(np.float32)
+    path = tmp_path / "ref.wav"
+    soundfile.write(str(path), stereo.T, 44100, subtype="FLOAT")
+    ref_text = "Speak slowly and clearly."
+    torch.manual_seed(5)
+    wavs, sr = tts.generate_voice_clone(text, language="auto", ref_audio=str(path), ref_text=ref_text)
+    got, meta = synthesize(engine, SpeakRequest(text, seed=5, reference_text=ref_text,
+                                                reference={"waveform": torch.from_numpy(stereo)[None], "sample_rate": 44100}))
+    want = torch.from_numpy(np.asarray(wavs[0]))
+    assert sr == 24000 and meta["chunks"] == 1              # qwen-tts reads the text whole
+    assert got.shape == want.shape, f"{tuple(got.shape)} vs {tuple(want.shape)}"
+    assert torch.equal(got, want), f"max |ours - upstream| {(got - want).abs().max().item():.3g}"
