@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import check_data_file
+from ..common.checkpoint import check_data_file, read_text_bounded
 
 CONTRACTION = re.compile(r"(what|where|who|which|how|t?here|it|s?he|that|this)'s", re.IGNORECASE)
 CHAR_MAP = {
@@ -103,9 +103,10 @@ class TextNormalizer:
         if path is None or not Path(path).is_file():
             return cls()
         import yaml
+        text = read_text_bounded(path, "IndexTTS 2")        # size-checked before it is read
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
             raise ValueError(f"IndexTTS 2: {path} is not a YAML glossary ({' '.join(str(e).split())[:200]})") from None
         return cls(data if isinstance(data, dict) else None)
 

@@ -79,3 +79,18 @@ def test_a_glossary_must_hold_text():
         TextNormalizer({"C++": 3})
     with pytest.raises(ValueError, match="glossary"):
         TextNormalizer({"M.2": {"en": ["M", "two"]}})
+
+
+def test_a_bad_glossary_file_is_an_error_naming_it(tmp_path):
+    from mizuoto.nodes.indextts2.text import TextNormalizer
+    from mizuoto.runtime.loading import CheckpointError
+
+    path = tmp_path / "glossary.yaml"
+    path.write_text("terms: [unclosed", encoding="utf-8")
+    with pytest.raises(ValueError, match="glossary.yaml is not a YAML glossary"):
+        TextNormalizer.from_glossary_file(path)
+    path.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(CheckpointError, match="glossary.yaml is not UTF-8"):
+        TextNormalizer.from_glossary_file(path)
+    path.write_text("C++: {zh: C 加加, en: C plus plus}\n", encoding="utf-8")
+    assert TextNormalizer.from_glossary_file(path).glossary == {"C++": {"zh": "C 加加", "en": "C plus plus"}}
