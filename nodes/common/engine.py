@@ -166,11 +166,14 @@ class Capabilities:
 class Reference:
     """Reference audio as the engine receives it: finite mono float32 [T] in [-1, 1]-scale at `sample_rate`.
     `source` is the audio as it came in, its channels [C, T] at its own rate, when the pipeline resampled
-    or mixed it down (an engine whose upstream reads the original another way reads it)."""
+    or mixed it down (an engine whose upstream reads the original another way reads it). `derived` holds
+    what an engine computed from it (the same object reaches split_text and every chunk of a request,
+    so a preprocessed reference is made once)."""
 
     wav: Tensor
     sample_rate: int
     source: tuple[Tensor, int] | None = None
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def seconds(self) -> float:

@@ -37,7 +37,14 @@ def _trim_edges(seg: Segment) -> Segment:
 
 
 def prompt_audio(reference: Reference) -> tuple[Tensor, int]:
-    """The reference after upstream's pydub pass and channel mean: float32 [1, T] at its own rate."""
+    """The reference after upstream's pydub pass and channel mean: float32 [1, T] at its own rate (made
+    once per Reference: split_text and the prompt both read it)."""
+    if "f5 prompt audio" not in reference.derived:
+        reference.derived["f5 prompt audio"] = _prompt_audio(reference)
+    return reference.derived["f5 prompt audio"]
+
+
+def _prompt_audio(reference: Reference) -> tuple[Tensor, int]:
     channels, rate = reference.source if reference.source is not None else (reference.wav[None], reference.sample_rate)
     seg = Segment.from_float(channels, rate)
     kept = _speech_up_to_12s(seg, 1000, -50.0)

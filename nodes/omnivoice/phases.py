@@ -205,7 +205,15 @@ class OmniVoiceEngine(Engine):
                           preprocess: bool = True) -> tuple[Tensor, str, float]:
         """create_voice_clone_prompt before the codec: the reference at 24 kHz, brought up to 0.1 RMS when
         quieter, with `preprocess` (upstream's default) its silences shortened and edges trimmed and a
-        full stop added to the transcript; cut to whole codec frames. -> (samples, transcript, RMS)."""
+        full stop added to the transcript; cut to whole codec frames. -> (samples, transcript, RMS); made
+        once per Reference and setting (split_text and the voice prompt both read it)."""
+        key = ("omnivoice reference", transcript, preprocess)
+        if key not in reference.derived:
+            reference.derived[key] = self._prepare_reference(reference, transcript, preprocess)
+        return reference.derived[key]
+
+    def _prepare_reference(self, reference: Reference, transcript: str | None,
+                           preprocess: bool) -> tuple[Tensor, str, float]:
         wav = reference.wav.float()
         if reference.sample_rate != SAMPLE_RATE:
             wav = resample(wav, reference.sample_rate, SAMPLE_RATE, "torchaudio_functional")
