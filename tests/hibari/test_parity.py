@@ -70,6 +70,13 @@ def test_phonemes_equal_hibari(voice, hibari_tts):
         assert voice.g2p.g2p.oov(word) == hibari_tts.g2p.oov(word), word
 
 
+# Both sides are float32 with other kernels (onnxruntime's MLAS vs torch's), so the sums differ in order on
+# every CPU: |ours - onnxruntime| relative to the output's max-abs was at most 1.13e-5 over these sentences
+# and speeds (AMD EPYC, default and avx2 kernels). An element-wise tolerance fails on whichever small value
+# sits next to a large one; 1e-4 of the max-abs is ~9x the largest error measured.
+OUTPUT_BOUND = 1e-4
+
+
 @pytest.mark.parametrize("speed", [1.0, 1.3, 0.8])
 def test_model_matches_dequantized_graph(voice, hibari_tts, reference, speed):
     for text in SENTENCES:
@@ -79,9 +86,9 @@ def test_model_matches_dequantized_graph(voice, hibari_tts, reference, speed):
             ours = voice.acoustic(torch.tensor([ids]), speed)
             assert ours["f0"].shape == ref["f0"].shape, (text, speed)        # identical frame counts
             for k, r in ref.items():
-                o, r = ours[k].numpy(), r
-                scale = 100.0 if k == "f0" else 1.0                          # f0 is the net's output x 100 Hz
-                np.testing.assert_allclose(o / scale, r / scale, atol=1e-4, rtol=1e-4, err_msg=f"{k} {text!r}")
+                o, r = ours[k].numpy().astype(np.float64), r.astype(np.float64)
+                err = np.abs(o - r).max() / np.abs(r).max()
+                assert err <= OUTPUT_BOUND, (k, text, speed, err)
 
 
 def test_dsp_matches_hibari_numpy(voice, hibari_tts):
