@@ -271,7 +271,7 @@ class ModelHandle:
     def _place(self, t: torch.Tensor) -> None:
         if self.keep_host and self.streamer is not None and id(t) not in self._buffers:
             # Kept host copies share the pin budget: reloads then copy asynchronously at link speed.
-            host = self._host_for_stream(t, self.streamer.pin_budget)
+            host = self.host_tensor(t, self.streamer.pin_budget)
             assign(t, self.devices.place(host, self.device, non_blocking=host.is_pinned()))
         else:
             assign(t, self.devices.place(self._host[id(t)], self.device))
@@ -292,10 +292,11 @@ class ModelHandle:
         self._fixed_placed = False
         return self.layout.fixed_bytes
 
-    def _release(self, p: torch.Tensor) -> None:
+    def return_to_host(self, p: torch.Tensor) -> None:
+        """A streamed weight's device copy is done with: point it back at its offloaded tensor."""
         self.devices.offload(p, self._host[id(p)], self.device)
 
-    def _host_for_stream(self, p: torch.Tensor, pin_budget: PinBudget | None) -> torch.Tensor:
+    def host_tensor(self, p: torch.Tensor, pin_budget: PinBudget | None) -> torch.Tensor:
         """The host tensor of a weight, page-locked on CUDA while the pin budget lasts."""
         host = self._host[id(p)]
         if pin_budget is not None and self.device.type == "cuda":
@@ -308,13 +309,14 @@ class ModelHandle:
         return host
 
     # ---- streaming hooks ------------------------------------------------------------------------
-    def _streamed_units(self) -> list[Unit]:
+    def streamed_units(self) -> list[Unit]:
+        """The units that stream (not resident) while the fixed part is placed."""
         if not self._fixed_placed:
             return []
         return [u for u in self.layout.units if u not in self._placement]
 
     def _sync_hooks(self) -> None:
-        wanted = set(self._streamed_units())
+        wanted = set(self.streamed_units())
         for unit in list(self._hooks):
             if unit not in wanted:
                 for h in self._hooks.pop(unit):

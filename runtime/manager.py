@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -20,15 +20,15 @@ import psutil
 import torch
 
 from .calibration import Calibration
-from .devices import DeviceService, default_vram_reserve
+from .devices import DeviceService, Tracking, default_vram_reserve
 from .handles import ModelHandle
-
-if TYPE_CHECKING:
-    from .comfy.bridge import ComfyArbiter
 from .phases import Cancelled, RequestContext
 from .pinning import PinBudget
 from .policy import VramPolicy
 from .streamer import Streamer
+
+if TYPE_CHECKING:
+    from .comfy.bridge import ComfyArbiter
 
 log = logging.getLogger("mizuoto.runtime")
 
@@ -340,8 +340,10 @@ class ModelManager:
                     h.unload()
                     h.cap_bytes = None
 
+    # ---- what a request asks of its manager (phases.Placer) ------------------------------------
     @contextmanager
-    def _streaming_cancel(self, devices: set[str], check):
+    def streaming_cancel(self, devices: set[str], check: Callable[[], None]) -> Iterator[None]:
+        """Streamed copies on `devices` check `check` (the request's cancel) while the block runs."""
         streamers = [self.streamer(d) for d in devices]
         previous = [s.cancel_check for s in streamers]
         for s in streamers:
@@ -351,6 +353,29 @@ class ModelManager:
         finally:
             for s, p in zip(streamers, previous):
                 s.cancel_check = p
+
+    def check_interrupted(self) -> None:
+        """ComfyUI's interrupt, when running inside ComfyUI (raises its exception)."""
+        if self.arbiter is not None:
+            self.arbiter.interrupted()
+
+    def observe_phase(self, handles: list[ModelHandle], memory: int, tracker: Tracking) -> int:
+        """A phase's working memory on the tracker's device (peak above placed weights, less streamer
+        copies and what stays allocated after it), fed to calibration; returns the bytes measured."""
+        on_device = [h for h in handles if str(h.device) == tracker.device]
+        streamer = self.streamer(tracker.device)
+        copies = sum(streamer.slots(h) * max((u.nbytes for u in h.streamed_units()), default=0) for h in on_device)
+        cached = sum(streamer.cached_bytes(h) for h in on_device)
+        stays = max(0, tracker.end - tracker.start - cached)
+        measured = max(0, tracker.peak_bytes - copies - stays)
+        for h in on_device:
+            key = self.calibration_key(h)
+            factor = self.calibration.observe(key, memory, measured)
+            if factor is not None:
+                log.info("%s: working memory %.1f MB measured vs %.1f MB estimated; calibration factor %.2f",
+                         key, measured / MB, memory / MB, factor)
+                self.calibration.save()
+        return measured
 
     def request(self, seed: int = 0, cancel: threading.Event | None = None,
                 settings: dict | None = None) -> RequestContext:

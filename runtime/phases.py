@@ -13,15 +13,14 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, ContextManager, Protocol
 
 import torch
 
+from .devices import DeviceService, Tracking
 from .handles import ModelHandle
 from .oom import is_oom
-
-if TYPE_CHECKING:
-    from .manager import ModelManager
+from .policy import VramPolicy
 
 log = logging.getLogger("mizuoto.runtime")
 
@@ -33,8 +32,30 @@ class Cancelled(Exception):
     """The request was cancelled (checked before each streamed copy and while waiting for a device)."""
 
 
+class Placer(Protocol):
+    """What a request asks of the manager that runs it (ModelManager is one): placement around each
+    phase, what follows a success or an OOM, and calibration from the phase's measured peak."""
+
+    policy: VramPolicy
+    devices: DeviceService
+
+    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None) -> dict[str, dict]: ...
+
+    def release(self, handles: list[ModelHandle]) -> None: ...
+
+    def after_success(self, handles: list[ModelHandle]) -> None: ...
+
+    def after_oom(self, handles: list[ModelHandle]) -> None: ...
+
+    def streaming_cancel(self, devices: set[str], check: Callable[[], None]) -> ContextManager[None]: ...
+
+    def check_interrupted(self) -> None: ...
+
+    def observe_phase(self, handles: list[ModelHandle], memory: int, tracker: Tracking) -> int: ...
+
+
 class RequestContext:
-    def __init__(self, manager: ModelManager, seed: int = 0, cancel: threading.Event | None = None,
+    def __init__(self, manager: Placer, seed: int = 0, cancel: threading.Event | None = None,
                  settings: dict[str, Any] | None = None) -> None:
         self.manager = manager
         self.policy = manager.policy.for_request(settings) if settings is not None else manager.policy
@@ -67,8 +88,7 @@ class RequestContext:
         """Between streamed copies and chunks: our cancel flag, then ComfyUI's interrupt."""
         if self.cancel_event.is_set():
             raise Cancelled("request cancelled")
-        if self.manager.arbiter is not None:
-            self.manager.arbiter.interrupted()
+        self.manager.check_interrupted()
 
     # ---- phases -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -86,7 +106,7 @@ class RequestContext:
                 self.meta["memory"]["partial"][h.name] = decision
         devices = {str(h.device) for h in handles}
         try:
-            with self.manager._streaming_cancel(devices, self.check_cancelled), contextlib.ExitStack() as stack:
+            with self.manager.streaming_cancel(devices, self.check_cancelled), contextlib.ExitStack() as stack:
                 trackers = [stack.enter_context(self.manager.devices.tracking(d)) for d in devices]
                 yield
             # Only readings of its own: another thread's phase on the device would inflate them.
@@ -145,24 +165,10 @@ class RequestContext:
 
     # ---- reporting -----------------------------------------------------------------------------
     def _measured(self, name: str | None, handles: list[ModelHandle], memory: int, trackers: list) -> None:
-        """Calibration: working memory = peak above placed weights - streamer copies - what stays."""
-        if name is None or not trackers:
+        if name is None:
             return
         for tracker in trackers:
-            streamed = [h for h in handles if str(h.device) == tracker.device]
-            copies = sum(self.manager.streamer(h.device).slots(h) * max((u.nbytes for u in h._streamed_units()), default=0)
-                         for h in streamed)
-            cached = sum(self.manager.streamer(h.device).cached_bytes(h) for h in streamed)
-            stays = max(0, tracker.end - tracker.start - cached)
-            measured = max(0, tracker.peak_bytes - copies - stays)
-            self._record_phase(name, memory, measured)
-            for h in streamed:
-                key = self.manager.calibration_key(h)
-                factor = self.manager.calibration.observe(key, memory, measured)
-                if factor is not None:
-                    log.info("%s: working memory %.1f MB measured vs %.1f MB estimated; calibration factor %.2f",
-                             key, measured / MB, memory / MB, factor)
-                    self.manager.calibration.save()
+            self._record_phase(name, memory, self.manager.observe_phase(handles, memory, tracker))
 
     def _record_phase(self, name: str, estimate: int, measured: int) -> None:
         phases = self.meta["memory"]["phases"]

@@ -28,7 +28,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -37,10 +37,23 @@ from .oom import is_oom
 from .pinning import PinBudget
 from .units import Unit
 
-if TYPE_CHECKING:
-    from .handles import ModelHandle
-
 log = logging.getLogger("mizuoto.runtime")
+
+
+class Streamed(Protocol):
+    """What the streamer needs of a component (ModelHandle is one): its host tensors and its counters.
+    The component owns where its weights are; the streamer only lends device copies while a unit runs."""
+
+    name: str
+    kind: str
+    async_offload: int | None  # the running request's compute.async_offload, None outside a request
+    streamed_bytes: int
+
+    def host_tensor(self, p: torch.Tensor, pin_budget: PinBudget | None) -> torch.Tensor: ...
+
+    def return_to_host(self, p: torch.Tensor) -> None: ...
+
+    def streamed_units(self) -> list[Unit]: ...
 
 
 @dataclass(eq=False)
@@ -78,9 +91,9 @@ class Streamer:
         self.cancel_check: Callable[[], None] | None = None
         # Per component, weakly: an unregistered component that nobody holds takes its units (and so
         # its modules and weights) with it even if `forget` was not called.
-        self._cache: weakref.WeakKeyDictionary[ModelHandle, OrderedDict[Unit, _Copy]] = weakref.WeakKeyDictionary()
-        self._next: weakref.WeakKeyDictionary[ModelHandle, dict[Unit, Unit]] = weakref.WeakKeyDictionary()
-        self._last: weakref.WeakKeyDictionary[ModelHandle, Unit] = weakref.WeakKeyDictionary()
+        self._cache: weakref.WeakKeyDictionary[Streamed, OrderedDict[Unit, _Copy]] = weakref.WeakKeyDictionary()
+        self._next: weakref.WeakKeyDictionary[Streamed, dict[Unit, Unit]] = weakref.WeakKeyDictionary()
+        self._last: weakref.WeakKeyDictionary[Streamed, Unit] = weakref.WeakKeyDictionary()
         self.prefetch_skipped = 0  # prefetches given up because the device was out of memory
         self.side: SideStream | None = None
         if self.device.type == "cuda" and async_offload > 0:
@@ -88,7 +101,7 @@ class Streamer:
         if pin_budget is not None:
             pin_budget.serve(self.device)
 
-    def slots(self, handle: ModelHandle) -> int:
+    def slots(self, handle: Streamed) -> int:
         """Copies held at once for a component: one for sequence models, async_offload + 1 otherwise (the
         running request's compute.async_offload while a phase holds it, else the process setting)."""
         if handle.kind == "sequence":
@@ -96,7 +109,7 @@ class Streamer:
         return (self.async_offload if handle.async_offload is None else handle.async_offload) + 1
 
     # ---- called by the hooks ----------------------------------------------------------------
-    def acquire(self, handle: ModelHandle, unit: Unit) -> None:
+    def acquire(self, handle: Streamed, unit: Unit) -> None:
         cache = self._cache.setdefault(handle, OrderedDict())
         copy = cache.get(unit)
         if copy is None:
@@ -116,24 +129,24 @@ class Streamer:
         if self.side is not None and handle.kind != "sequence":
             self._prefetch(handle, cache, order.get(unit))
 
-    def release(self, handle: ModelHandle, unit: Unit) -> None:
+    def release(self, handle: Streamed, unit: Unit) -> None:
         for p in unit.params:
-            handle._release(p)
+            handle.return_to_host(p)
 
     # ---- copies -------------------------------------------------------------------------------
-    def _hosts(self, handle: ModelHandle, unit: Unit) -> list[torch.Tensor]:
+    def _hosts(self, handle: Streamed, unit: Unit) -> list[torch.Tensor]:
         if self.cancel_check is not None:
             self.cancel_check()
-        return [handle._host_for_stream(p, self.pin_budget) for p in unit.params]
+        return [handle.host_tensor(p, self.pin_budget) for p in unit.params]
 
-    def _copy(self, handle: ModelHandle, unit: Unit) -> _Copy:
+    def _copy(self, handle: Streamed, unit: Unit) -> _Copy:
         hosts = self._hosts(handle, unit)
         copy = _Copy(self.devices.place_many(hosts, self.device, non_blocking=self.device.type == "cuda"))
         handle.streamed_bytes += unit.nbytes
         return copy
 
-    def _prefetch(self, handle: ModelHandle, cache: OrderedDict, nxt: Unit | None) -> None:
-        if nxt is None or nxt in cache or nxt.hot or nxt not in handle._streamed_units():
+    def _prefetch(self, handle: Streamed, cache: OrderedDict, nxt: Unit | None) -> None:
+        if nxt is None or nxt in cache or nxt.hot or nxt not in handle.streamed_units():
             return
         self._trim(handle, cache, room_for=1)
         hosts = self._hosts(handle, nxt)
@@ -155,7 +168,7 @@ class Streamer:
             self.side.wait(copy.event)
             copy.event = None
 
-    def _trim(self, handle: ModelHandle, cache: OrderedDict, room_for: int = 0) -> None:
+    def _trim(self, handle: Streamed, cache: OrderedDict, room_for: int = 0) -> None:
         """Drop the oldest copies so `room_for` more fit in the component's slots; never one in use."""
         excess = len(cache) + room_for - self.slots(handle)
         for unit in list(cache):
@@ -165,7 +178,7 @@ class Streamer:
                 self._ready(cache.pop(unit))
                 excess -= 1
 
-    def drop(self, handle: ModelHandle | None = None, unit: Unit | None = None) -> None:
+    def drop(self, handle: Streamed | None = None, unit: Unit | None = None) -> None:
         """Forget cached copies: of one unit, of one component, or all (after an OOM)."""
         if handle is None:
             caches = list(self._cache.values())
@@ -184,13 +197,13 @@ class Streamer:
         if unit is None and self.pin_budget is not None and self.pin_budget.cached:
             self.pin_budget.release_cache()
 
-    def forget(self, handle: ModelHandle) -> None:
+    def forget(self, handle: Streamed) -> None:
         """Everything about a component leaving management (unregister, eviction): its copies and the
         run order learned from its units, so the streamer keeps none of its modules or weights alive."""
         self.drop(handle)
         self._next.pop(handle, None)
         self._last.pop(handle, None)
 
-    def cached_bytes(self, handle: ModelHandle | None = None) -> int:
+    def cached_bytes(self, handle: Streamed | None = None) -> int:
         caches = [self._cache.get(handle, {})] if handle is not None else list(self._cache.values())
         return sum(u.nbytes for c in caches for u in c)

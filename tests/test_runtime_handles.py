@@ -104,13 +104,13 @@ def test_buffers_are_copied_back():
         assert model.count.item() == 3
 
 
-def test_resident_handle_has_no_hooks_and_partial_has_them_on_streamed_units_only():
+def test_resident_handle_has_no_hooks_and_partial_has_them_onstreamed_units_only():
     _, _, _, h = setup(strict=False)
     h.load()
     assert h.hook_count == 0
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in h.module.modules())
     h.partially_unload(1)
-    streamed = h._streamed_units()
+    streamed = h.streamed_units()
     assert len(streamed) == 1 and h.hook_count == 2 * 3  # unit + its two Linear leaves, pre + post
     h.load()
     assert h.hook_count == 0
@@ -157,7 +157,7 @@ def test_strict_mode_unit_weight_read_outside_its_forward():
     x = torch.randn(1, 512)
     with manager.request() as ctx, ctx.use([h], memory=1 * MB):
         h.load(h.min_working_set)  # partially placed: blocks stream
-        streamed = h._streamed_units()[0]
+        streamed = h.streamed_units()[0]
         with pytest.raises(StrictDeviceError, match=r"net\.blocks\.\d\.\d\.weight is not on the device"):
             x @ streamed.module[0].weight.T  # raw read outside the Linear's forward
         model(x)  # through the forwards it works
@@ -195,7 +195,7 @@ def test_an_exception_inside_a_streamed_unit_leaves_the_handle_consistent(error)
             model(x)
     hook.remove()
     assert all(u.depth == 0 for u in h.layout.units)
-    assert all(p.device.type == "meta" for u in h._streamed_units() for p in u.params)
+    assert all(p.device.type == "meta" for u in h.streamed_units() for p in u.params)
     with manager.request() as ctx, ctx.use([h], memory=1 * MB), torch.no_grad():
         h.load(h.min_working_set)
         assert torch.equal(model(x), ref)
