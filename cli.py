@@ -153,10 +153,10 @@ def model_folder(spec, model: str | None, download: bool):
     import os
     from pathlib import Path
 
-    from .nodes.common import folders
-    from .nodes.common.download import DownloadError
-    from .nodes.common.loader_node import local_models
-    from .nodes.common.loader_node import model_folder as fetch
+    from .nodes.formats import folders
+    from .nodes.formats.download import DownloadError
+    from .nodes.pack.loader_node import local_models
+    from .nodes.pack.loader_node import model_folder as fetch
 
     where = " or ".join(str(r / spec.engine_id) for r in folders.roots())
     local = local_models(spec)
@@ -220,8 +220,8 @@ def _request(args: argparse.Namespace):
     """What speak and verify share: the engine, its model folder, precision, settings and the request."""
     from pathlib import Path
 
-    from .nodes.common import registry
-    from .nodes.common.pipeline import SpeakRequest
+    from .nodes.pack import registry
+    from .nodes.pack.pipeline import SpeakRequest
     from .runtime import SettingsError
     from .runtime.policy import parse_setting
 
@@ -270,10 +270,10 @@ def speak(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from .nodes.common.pack_runtime import build_runtime
-    from .nodes.common.pipeline import LoadedModel
-    from .nodes.common.pipeline import speak as run
-    from .nodes.common.registry import LoadRequest
+    from .nodes.pack.pack_runtime import build_runtime
+    from .nodes.pack.pipeline import LoadedModel
+    from .nodes.pack.pipeline import speak as run
+    from .nodes.pack.registry import LoadRequest
     from .runtime import SettingsError, VramPolicy
     from .runtime.oom import is_oom
 
@@ -368,8 +368,8 @@ def verify(args: argparse.Namespace) -> int:
     import psutil
     import torch
 
-    from .nodes.common.registry import LoadRequest
-    from .nodes.common.verify import verify as check
+    from .nodes.pack.registry import LoadRequest
+    from .nodes.pack.verify import verify as check
     from .runtime import Cancelled
 
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):

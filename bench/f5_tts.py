@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from mizuoto.nodes.common.vocoder import Vocos, VocosConfig
+from mizuoto.nodes.blocks.vocoder import Vocos, VocosConfig
 from mizuoto.nodes.f5_tts.loader import V1_BASE_ARCH, F5Bundle, MelConfig
 from mizuoto.nodes.f5_tts.model import DiT, DiTConfig
 from mizuoto.nodes.f5_tts.phases import F5TTSEngine

@@ -33,7 +33,7 @@ def _tiny():
 
 
 def step_times(folder: Path, residency: str, text: str, steps: int) -> tuple[list[float], dict]:
-    from mizuoto.nodes.common.engine import Chunk
+    from mizuoto.nodes.pack.engine import Chunk
     from mizuoto.nodes.omnivoice.generate import Sampling
     from mizuoto.nodes.omnivoice.loader import load_omnivoice
     from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine

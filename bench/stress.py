@@ -22,8 +22,8 @@ import torch
 
 def hammered(runtime, model, request, clean: torch.Tensor, requests: int) -> dict:
     """`requests` speaks while four threads change placement in loops; counts of everything."""
-    from mizuoto.nodes.common.pipeline import speak
-    from mizuoto.nodes.common.routes import runtime_report
+    from mizuoto.nodes.pack.pipeline import speak
+    from mizuoto.nodes.pack.routes import runtime_report
 
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -63,7 +63,7 @@ def hammered(runtime, model, request, clean: torch.Tensor, requests: int) -> dic
 
 def two_threads(model, requests: Sequence, clean: Sequence[torch.Tensor], each: int) -> dict:
     """Two threads speak `each` times on the same model; counts of exact outputs and failures."""
-    from mizuoto.nodes.common.pipeline import speak
+    from mizuoto.nodes.pack.pipeline import speak
 
     exact = [0, 0]
     failures: list[BaseException] = []
@@ -85,8 +85,8 @@ def two_threads(model, requests: Sequence, clean: Sequence[torch.Tensor], each: 
 
 def main(argv: Sequence[str] | None = None) -> tuple[dict, dict]:
     from mizuoto.nodes import NODE_CLASS_MAPPINGS
-    from mizuoto.nodes.common.pack_runtime import build_runtime, use_runtime
-    from mizuoto.nodes.common.pipeline import SpeakRequest, speak
+    from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, speak
     from mizuoto.runtime import VramPolicy
 
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -115,7 +115,7 @@ def fish_speech(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
 
 
 def f5_tts(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
-    from mizuoto.nodes.common.vocoder import Vocos, VocosConfig
+    from mizuoto.nodes.blocks.vocoder import Vocos, VocosConfig
     from mizuoto.nodes.f5_tts.model import DiT, DiTConfig
     from mizuoto.nodes.f5_tts.phases import F5TTSEngine
     real = _real("f5_tts/real_F5TTS_v1_Base.json")
@@ -190,7 +190,7 @@ def voxcpm(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
 
 
 def gpt_sovits(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
-    from mizuoto.nodes.common.hubert import Hubert, HubertConfig
+    from mizuoto.nodes.blocks.hubert import Hubert, HubertConfig
     from mizuoto.nodes.gpt_sovits.bert import BertConfig, BertFeatures
     from mizuoto.nodes.gpt_sovits.phases import GPTSoVITSEngine
     from mizuoto.nodes.gpt_sovits.sovits import SoVITSConfig, SynthesizerTrn
@@ -210,9 +210,9 @@ def gpt_sovits(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
 
 
 def indextts2(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
-    from mizuoto.nodes.common.bigvgan import BigVGAN, BigVGANConfig
-    from mizuoto.nodes.common.campplus import CAMPPlus
-    from mizuoto.nodes.common.w2v_bert import W2VBert, W2VBertConfig
+    from mizuoto.nodes.blocks.bigvgan import BigVGAN, BigVGANConfig
+    from mizuoto.nodes.blocks.campplus import CAMPPlus
+    from mizuoto.nodes.blocks.w2v_bert import W2VBert, W2VBertConfig
     from mizuoto.nodes.indextts2.codec import SemanticCodec
     from mizuoto.nodes.indextts2.emotion import Qwen3ForCausalLM
     from mizuoto.nodes.indextts2.gpt import UnifiedVoice

@@ -2,7 +2,7 @@
 Speak node and the Runtime Settings node; model folders and the panel's route.
 
 The mappings are built when first read (ComfyUI reads them right after importing the pack): importing
-`nodes.common` or one engine, as the command line does, does not import every engine.
+`nodes.pack` or one engine, as the command line does, does not import every engine.
 """
 from __future__ import annotations
 
@@ -10,19 +10,23 @@ import functools
 import pkgutil
 from typing import Any
 
+# The folders every engine builds on (docs/architecture.md); every other subpackage is an engine.
+SHARED = frozenset({"blocks", "formats", "pack", "script", "common"})
+
 
 def engine_folders() -> list[str]:
     """The subpackages that may declare an engine, found without importing them (or torch)."""
-    return sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg and info.name != "common")
+    return sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg and info.name not in SHARED)
 
 
 @functools.cache
 def comfy_entry() -> dict[str, Any]:
     """Register the model folders and the route, and build the node mappings (once per process)."""
-    from .common import folders, routes
-    from .common.loader_node import loader_node
-    from .common.registry import discover
-    from .common.speak import MizuotoRuntimeSettings, MizuotoSpeak
+    from .formats import folders
+    from .pack import routes
+    from .pack.loader_node import loader_node
+    from .pack.registry import discover
+    from .pack.speak import MizuotoRuntimeSettings, MizuotoSpeak
 
     folders.register()
     routes.register_routes()

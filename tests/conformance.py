@@ -10,7 +10,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from mizuoto.nodes.common.pipeline import SpeakRequest
+from mizuoto.nodes.pack.pipeline import SpeakRequest
 
 
 @dataclass

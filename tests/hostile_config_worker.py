@@ -141,8 +141,8 @@ def main() -> None:
 
     import torch
     torch.set_num_threads(1)
-    from mizuoto.nodes.common.pipeline import synthesize
-    from mizuoto.nodes.common.registry import LoadRequest, discover
+    from mizuoto.nodes.pack.pipeline import synthesize
+    from mizuoto.nodes.pack.registry import LoadRequest, discover
     from mizuoto.runtime import DeviceService, ModelManager
 
     specs = {s.engine_id: s for s in discover()}

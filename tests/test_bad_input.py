@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import save_file
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
-from mizuoto.nodes.common.engine import Capabilities
-from mizuoto.nodes.common.pipeline import SpeakRequest, check_seed, reference_audio, synthesize
-from mizuoto.nodes.common.speak import MizuotoRuntimeSettings, MizuotoSpeak
+from mizuoto.nodes.pack.engine import Capabilities
+from mizuoto.nodes.pack.pipeline import SpeakRequest, check_seed, reference_audio, synthesize
+from mizuoto.nodes.pack.speak import MizuotoRuntimeSettings, MizuotoSpeak
 from mizuoto.nodes.hibari import loader as hibari_loader
 from mizuoto.runtime import DeviceService, ModelManager, SettingsError, VramPolicy
 from mizuoto.runtime.calibration import Calibration

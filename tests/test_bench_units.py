@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from mizuoto.nodes.common.registry import discover
+from mizuoto.nodes.pack.registry import discover
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "units.py"
 

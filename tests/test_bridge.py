@@ -224,7 +224,7 @@ def test_simulated_vram_inside_comfyui_is_comfyuis_own_device(monkeypatch, comfy
     """compute.simulate_vram_mb inside ComfyUI simulates ComfyUI's own device object: plain `cpu` as
     before (which ComfyUI never arbitrates), or a `cpu:0` ComfyUI reports as its GPU (the end-to-end
     eviction test's simgpu_node), so our patchers land on the device ComfyUI frees memory on."""
-    from mizuoto.nodes.common.pack_runtime import build_runtime
+    from mizuoto.nodes.pack.pack_runtime import build_runtime
     mm, _ = _standin()
     monkeypatch.setattr(mm, "get_torch_device", lambda: comfy_device)
     comfy_pkg = types.ModuleType("comfy")

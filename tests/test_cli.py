@@ -89,7 +89,7 @@ def test_reference_files_of_the_common_formats_are_read(tmp_path):
     import torch
 
     from mizuoto.cli import read_audio
-    from mizuoto.nodes.common.audio import to_float
+    from mizuoto.nodes.pack.audio import to_float
 
     t = np.arange(16000) / 16000
     tone = (0.5 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
@@ -228,7 +228,7 @@ def test_an_engine_option_out_of_its_range_names_the_flag(tmp_path, capsys):
 def test_an_incomplete_model_folder_names_what_it_lacks(tmp_path, capsys):
     """Every engine with model folders: an empty folder's error lists the files it needs; with them all
     present but one, exactly that one."""
-    from mizuoto.nodes.common.registry import discover
+    from mizuoto.nodes.pack.registry import discover
 
     for spec in discover():
         if spec.embedded:

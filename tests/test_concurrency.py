@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
-from mizuoto.nodes.common.pack_runtime import build_runtime, use_runtime
-from mizuoto.nodes.common.pipeline import SpeakRequest, speak
+from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
+from mizuoto.nodes.pack.pipeline import SpeakRequest, speak
 from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, VramPolicy
 from mizuoto.runtime.phases import Cancelled
 from mizuoto.runtime.service import RuntimeService

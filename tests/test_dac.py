@@ -1,4 +1,4 @@
-"""The shared DAC-family blocks (nodes/common/dac.py): weight-norm folding is exact for both layouts,
+"""The shared DAC-family blocks (nodes/blocks/dac.py): weight-norm folding is exact for both layouts,
 causal blocks never look ahead, shapes follow the strides, and the residual quantizer's codes decode to
 its own quantized sum. Parity with descript-audio-codec itself: tests/fish_speech/test_parity.py."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrizations, weight_norm
 
-from mizuoto.nodes.common.dac import (CausalConv1d, CausalConvTranspose1d, Decoder, Encoder, ResidualVectorQuantize,
+from mizuoto.nodes.blocks.dac import (CausalConv1d, CausalConvTranspose1d, Decoder, Encoder, ResidualVectorQuantize,
                                       Snake1d, fold_weight_norm)
 
 pytestmark = pytest.mark.usefixtures("one_thread")

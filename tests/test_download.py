@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from mizuoto.nodes.common.download import DownloadError, LocalSource, download_model, download_plan
-from mizuoto.nodes.common.registry import Download
+from mizuoto.nodes.formats.download import DownloadError, LocalSource, download_model, download_plan
+from mizuoto.nodes.pack.registry import Download
 
 
 def fake_repo(root, corrupt=False):

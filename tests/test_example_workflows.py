@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
-from mizuoto.nodes.common.loader_node import current_name
+from mizuoto.nodes.pack.loader_node import current_name
 from mizuoto.nodes.gpt_sovits import ENGINE as GPT_SOVITS
 
 SEED_CONTROLS = ("fixed", "increment", "decrement", "randomize")
@@ -62,7 +62,7 @@ def test_an_earlier_model_name_in_a_saved_workflow_still_loads():
 
 def test_every_engine_has_an_example_workflow():
     """The README promises one example per engine: each registered loader appears in some workflow."""
-    from mizuoto.nodes.common.registry import discover
+    from mizuoto.nodes.pack.registry import discover
 
     used = {n["type"] for path in EXAMPLES for n in json.loads(path.read_text())["nodes"]}
     assert [s.engine_id for s in discover() if s.loader_node not in used] == []

@@ -1,4 +1,4 @@
-"""The shared flow-matching solver (nodes/common/flow.py): time grids, sway sampling, guidance,
+"""The shared flow-matching solver (nodes/blocks/flow.py): time grids, sway sampling, guidance,
 seeded noise, Euler/midpoint integration, callbacks, and estimator hooks firing on every step.
 Where torchdiffeq is installed (the F5-TTS parity venv), integration equals `odeint` bit for bit."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from mizuoto.nodes.common import flow
+from mizuoto.nodes.blocks import flow
 
 
 def test_time_grid_uniform_epss_and_sway():

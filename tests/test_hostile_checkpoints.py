@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mizuoto.nodes.common.checkpoint import load_pickle, load_pickle_with_records
-from mizuoto.nodes.common.pipeline import synthesize
-from mizuoto.nodes.common.registry import LoadRequest, discover
+from mizuoto.nodes.formats.checkpoint import load_pickle, load_pickle_with_records
+from mizuoto.nodes.pack.pipeline import synthesize
+from mizuoto.nodes.pack.registry import LoadRequest, discover
 from mizuoto.runtime import DeviceService, ModelManager
 from mizuoto.runtime.loading import CheckpointError
 
@@ -160,7 +160,7 @@ HOSTILE_ONNX = {
 def test_a_hostile_onnx_file_is_an_error_naming_it(tmp_path, tiny_folders, case):
     """Straight through the reader, and through an engine's loader (CosyVoice's campplus.onnx): a format error
     naming the file, never a RecursionError, a TypeError or numpy's reshape error."""
-    from mizuoto.nodes.common.onnx_reader import read_model
+    from mizuoto.nodes.formats.onnx_reader import read_model
     data, says = HOSTILE_ONNX[case]
     path = tmp_path / "model.onnx"
     path.write_bytes(data)
@@ -182,7 +182,7 @@ def test_a_hostile_onnx_file_is_an_error_naming_it(tmp_path, tiny_folders, case)
 
 def test_published_nesting_and_shapes_still_read():
     """A few subgraph levels and an empty [0, 4] tensor are what real models hold."""
-    from mizuoto.nodes.common.onnx_reader import parse_model
+    from mizuoto.nodes.formats.onnx_reader import parse_model
     model = parse_model(_onnx(_nested(10) + _field(5, _field(1, 0) + _field(1, 4) + _field(2, 1) + _field(8, "e")
                                                    + _field(9, b""))))
     assert model.graph.initializers["e"].shape == (0, 4) and model.graph.nodes[0].op_type == "If"
@@ -242,7 +242,7 @@ def test_a_plain_python_pickle_is_named_as_such(tmp_path):
     instead of the weights-only unpickler's "Unsupported operand 149"."""
     import pickle
 
-    from mizuoto.nodes.common.checkpoint import load_pickle
+    from mizuoto.nodes.formats.checkpoint import load_pickle
 
     path = tmp_path / "voice-e15.ckpt"
     path.write_bytes(pickle.dumps({"weight": {"w": [1.0, 2.0]}}, protocol=4))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mizuoto.nodes.common.registry import discover
+from mizuoto.nodes.pack.registry import discover
 
 TESTS = Path(__file__).resolve().parent
 WORKER = TESTS / "hostile_config_worker.py"
@@ -136,12 +136,12 @@ PUBLISHED = {
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
 def test_published_config_values_are_not_refused(name):
-    from mizuoto.nodes.common.checkpoint import check_sizes
+    from mizuoto.nodes.formats.checkpoint import check_sizes
     check_sizes(PUBLISHED[name], name, "test")
 
 
 @pytest.mark.parametrize("path", sorted(TESTS.glob("*/real_*.json")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_real_published_configs_recorded_by_the_structure_tests_pass(path):
     """The configs (and tensor shapes) of the published models the real-structure tests record."""
-    from mizuoto.nodes.common.checkpoint import check_sizes
+    from mizuoto.nodes.formats.checkpoint import check_sizes
     check_sizes(json.loads(path.read_text(encoding="utf-8")), path, "test")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mizuoto.nodes.common.checkpoint import MAX_DATA_FILE_BYTES, check_yaml_graph, load_json, load_yaml
+from mizuoto.nodes.formats.checkpoint import MAX_DATA_FILE_BYTES, check_yaml_graph, load_json, load_yaml
 from mizuoto.runtime.loading import CheckpointError
 
 # 10^9 values after expansion, 9 lines: what `yaml.safe_load` itself builds in microseconds (aliases share
@@ -25,7 +25,7 @@ HOSTILE_YAML = {
 
 def yaml_readers():
     """Every loader's YAML reader, with the file it reads in a folder: (name, file, call)."""
-    from mizuoto.nodes.common.vocoder import VocosConfig
+    from mizuoto.nodes.blocks.vocoder import VocosConfig
     from mizuoto.nodes.cosyvoice.config import read_hyperpyyaml
     from mizuoto.nodes.f5_tts.loader import read_config as f5_config
     from mizuoto.nodes.indextts2.loader import read_config as indextts2_config
@@ -134,7 +134,7 @@ def test_deep_json_is_refused_whatever_the_recursion_limit(tmp_path):
     path = tmp_path / "vocab.json"
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     code = ("import sys; sys.setrecursionlimit(10**6)\n"
-            "from mizuoto.nodes.common.checkpoint import load_json\n"
+            "from mizuoto.nodes.formats.checkpoint import load_json\n"
             f"try:\n    load_json({str(path)!r}, 'test')\n"
             "except ValueError as e:\n    print('refused:', e)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

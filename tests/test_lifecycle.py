@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
-from mizuoto.nodes.common.pack_runtime import build_runtime, use_runtime
-from mizuoto.nodes.common.speak import MizuotoSpeak
+from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
+from mizuoto.nodes.pack.speak import MizuotoSpeak
 from mizuoto.runtime import VramPolicy
 
 MB = 1 << 20

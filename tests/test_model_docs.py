@@ -1,10 +1,10 @@
-"""docs/models.md is generated from the registry (nodes/common/model_docs.py) and must match it, so it
+"""docs/models.md is generated from the registry (nodes/pack/model_docs.py) and must match it, so it
 cannot go stale; the hand-written notes a new user needs must be in it."""
 from pathlib import Path
 
-from mizuoto.nodes.common import model_docs
-from mizuoto.nodes.common.download import layout
-from mizuoto.nodes.common.registry import discover
+from mizuoto.nodes.pack import model_docs
+from mizuoto.nodes.formats.download import layout
+from mizuoto.nodes.pack.registry import discover
 from mizuoto.nodes.gpt_sovits.english import CMU_FILES
 from mizuoto.nodes.gpt_sovits.g2pw import REP_FILES
 
@@ -18,7 +18,7 @@ def section(text: str, engine_id: str) -> str:
 
 def test_committed_page_is_what_the_registry_produces():
     committed = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
-    assert committed == model_docs.render(), "docs/models.md is stale: run python -m mizuoto.nodes.common.model_docs"
+    assert committed == model_docs.render(), "docs/models.md is stale: run python -m mizuoto.nodes.pack.model_docs"
     assert model_docs.main(["--check"]) == 0
 
 
@@ -44,7 +44,7 @@ def test_every_engine_model_repository_and_licence_is_listed():
 
 
 def test_default_folder_stated_is_the_one_folders_uses(monkeypatch):
-    from mizuoto.nodes.common import folders
+    from mizuoto.nodes.formats import folders
     monkeypatch.delenv("MIZUOTO_MODELS_DIR", raising=False)
     default = folders.roots()[0].relative_to(Path.home()).as_posix()
     assert f"`~/{default}/`" in model_docs.render()

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from mizuoto.nodes.common import loader_node
-from mizuoto.nodes.common.download import DownloadError, layout
-from mizuoto.nodes.common.registry import discover
+from mizuoto.nodes.pack import loader_node
+from mizuoto.nodes.formats.download import DownloadError, layout
+from mizuoto.nodes.pack.registry import discover
 
 MODELS = [(spec, name) for spec in discover() for name in spec.models]
 

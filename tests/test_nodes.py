@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
-from mizuoto.nodes.common import folders
-from mizuoto.nodes.common.pack_runtime import build_runtime, get_runtime, use_runtime
-from mizuoto.nodes.common.routes import runtime_report
-from mizuoto.nodes.common.speak import MizuotoRuntimeSettings, MizuotoSpeak
+from mizuoto.nodes.formats import folders
+from mizuoto.nodes.pack.pack_runtime import build_runtime, get_runtime, use_runtime
+from mizuoto.nodes.pack.routes import runtime_report
+from mizuoto.nodes.pack.speak import MizuotoRuntimeSettings, MizuotoSpeak
 from mizuoto.runtime import VramPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_pack_imports_under_any_folder_name_without_comfyui(tmp_path):
 
 def test_runtime_settings_lists_every_value_the_policy_accepts():
     """One list: what the node offers for a choice setting is what the validator accepts, plus default."""
-    from mizuoto.nodes.common.speak import SETTING_INPUTS
+    from mizuoto.nodes.pack.speak import SETTING_INPUTS
     from mizuoto.runtime.policy import setting_choices
 
     inputs = MizuotoRuntimeSettings.INPUT_TYPES()["required"]

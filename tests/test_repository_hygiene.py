@@ -54,20 +54,3 @@ def test_no_tracked_file_names_a_developer_machine_path():
             found.append(f"{path.relative_to(ROOT)}:{n}: {line[:120]}")
     assert not found, "machine-specific absolute paths:\n" + "\n".join(found)
 
-
-def test_no_engine_imports_another_engine():
-    """Engines share code through nodes/common/ only: an engine folder importing another engine's would
-    tie their releases and their tests together."""
-    import ast
-
-    nodes = Path(__file__).resolve().parents[1] / "nodes"
-    engines = {p.name for p in nodes.iterdir() if (p / "__init__.py").is_file() and p.name != "common"}
-    found = []
-    for engine in sorted(engines):
-        for path in sorted((nodes / engine).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
-                    target = node.module.split(".")[0]
-                    if target in engines and target != engine:
-                        found.append(f"{path.relative_to(nodes)} imports {target}")
-    assert found == []

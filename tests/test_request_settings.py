@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from mizuoto.nodes.common.speak import MizuotoRuntimeSettings
+from mizuoto.nodes.pack.speak import MizuotoRuntimeSettings
 from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, SettingsError, VramPolicy
 from mizuoto.runtime.policy import PROCESS_WIDE
 from toy_models import TinyDiT

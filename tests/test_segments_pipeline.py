@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mizuoto.nodes.common.engine import Capabilities, Chunk, Engine, Reference
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
-from mizuoto.nodes.common.segments import Join, Segment, join_waves
+from mizuoto.nodes.pack.engine import Capabilities, Chunk, Engine, Reference
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.segments import Join, Segment, join_waves
 from mizuoto.runtime import DeviceService, ModelManager
 
 

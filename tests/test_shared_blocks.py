@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from mizuoto.nodes.common import audio
-from mizuoto.nodes.common.checkpoint import load_pickle, state_dict
-from mizuoto.nodes.common.decode import autoregress
-from mizuoto.nodes.common.mel import log_mel, mel_filters
-from mizuoto.nodes.common.pipeline import Capabilities, reference_audio
-from mizuoto.nodes.common.sampling import repetition_penalty, select, top_k_filter, top_p_filter
+from mizuoto.nodes.pack import audio
+from mizuoto.nodes.formats.checkpoint import load_pickle, state_dict
+from mizuoto.nodes.blocks.decode import autoregress
+from mizuoto.nodes.blocks.mel import log_mel, mel_filters
+from mizuoto.nodes.pack.pipeline import Capabilities, reference_audio
+from mizuoto.nodes.blocks.sampling import repetition_penalty, select, top_k_filter, top_p_filter
 from mizuoto.runtime.loading import CheckpointError, load_module_from_state
 
 RATES = [(44100, 24000), (48000, 24000), (16000, 24000), (22050, 24000), (44100, 16000), (8000, 24000)]

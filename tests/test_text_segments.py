@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mizuoto.nodes.common.text import split_sentences
+from mizuoto.nodes.pack.text import split_sentences
 
 TEXTS = [
     "今天天气很好。我们去公园散步吧！",

@@ -1,4 +1,4 @@
-"""The shared Vocos blocks (nodes/common/vocoder.py) and their safe, strict loading:
+"""The shared Vocos blocks (nodes/blocks/vocoder.py) and their safe, strict loading:
 the "same"-padded inverse STFT reconstructs what a matching STFT analysed, mel features follow
 torchaudio's definitions, configs are read as plain data with errors naming file and field, and
 checkpoints load strictly. Where torchaudio / vocos are installed (the F5-TTS parity venv), the
@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from mizuoto.nodes.common.vocoder import (ISTFT, ConvNeXtBlock, ISTFTHead, MelSpectrogram, MelSpectrogramFeatures,
+from mizuoto.nodes.blocks.vocoder import (ISTFT, ConvNeXtBlock, ISTFTHead, MelSpectrogram, MelSpectrogramFeatures,
                                           Vocos, VocosConfig, VocosConfigError, hz_to_mel, load_vocos, mel_filterbank)
 from mizuoto.runtime.loading import CheckpointError
 

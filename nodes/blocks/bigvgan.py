@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
-from .checkpoint import ModelFolderError, load_pickle, read_json
+from ..formats.checkpoint import ModelFolderError, load_pickle, read_json
 from .dac import fold_weight_norm
 
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError
-from .checkpoint import check_sizes, load_pickle, load_yaml, state_dict
+from ..formats.checkpoint import check_sizes, load_pickle, load_yaml, state_dict
 
 # ---- mel features (torchaudio's MelSpectrogram) ------------------------------------------------------
 

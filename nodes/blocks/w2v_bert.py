@@ -25,7 +25,7 @@ from safetensors import safe_open
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state, read_safetensors_header
-from .checkpoint import ModelFolderError, read_json
+from ..formats.checkpoint import ModelFolderError, read_json
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import MAX_NODES, check_sizes, load_yaml
+from ..formats.checkpoint import MAX_NODES, check_sizes, load_yaml
 from .flow import FlowConfig
 from .hift import HiFTConfig
 

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.conformer import FeedForward, RelPositionAttention
-from ..common.flow import guided, mix, solve
+from ..blocks.conformer import FeedForward, RelPositionAttention
+from ..blocks.flow import guided, mix, solve
 
 NOISE_FRAMES = 15000   # upstream's rand_noise buffer: 50 * 300 frames
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..common.checkpoint import load_json, read_text_bounded, tokenizer_errors
+from ..formats.checkpoint import load_json, read_text_bounded, tokenizer_errors
 
 
 

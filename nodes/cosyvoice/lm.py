@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache, make_cache
-from ..common.transformer import RMSNorm, RotaryEmbedding, qwen2_layer
+from ..blocks.transformer import RMSNorm, RotaryEmbedding, qwen2_layer
 
 ENDOFPROMPT_V3 = 151646   # upstream's hard-coded id of <|endofprompt|> for CosyVoice 3
 

@@ -22,9 +22,9 @@ import torch
 from torch import nn
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
-from ..common.checkpoint import ModelFolderError, load_pickle, read_json, state_dict
-from ..common.onnx_graph import OnnxModule, OnnxRuntimeError
-from ..common.onnx_reader import OnnxFormatError, read_model
+from ..formats.checkpoint import ModelFolderError, load_pickle, read_json, state_dict
+from ..formats.onnx_graph import OnnxModule, OnnxRuntimeError
+from ..formats.onnx_reader import OnnxFormatError, read_model
 from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
 from .flow import Flow, FlowConfig
 from .hift import HiFT, HiFTConfig
@@ -61,7 +61,7 @@ def is_model_folder(folder: Path) -> bool:
 
 
 def read_state(path: Path) -> dict[str, torch.Tensor]:
-    """A pickled state dict, through torch.load(weights_only=True) only (nodes/common/checkpoint.py)."""
+    """A pickled state dict, through torch.load(weights_only=True) only (nodes/formats/checkpoint.py)."""
     if not path.is_file():
         raise ModelFolderError(f"CosyVoice: {path} not found")
     return state_dict(load_pickle(path), path)

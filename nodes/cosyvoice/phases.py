@@ -30,14 +30,14 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine, Reference
-from ..common.segments import Segment
-from ..common.transformer import kv_position_bytes
-from ..common.mel import kaldi_fbank, matcha_mel, whisper_log_mel
+from ..pack.audio import resample
+from ..pack.engine import Capabilities, Chunk, Engine, Reference
+from ..pack.segments import Segment
+from ..blocks.transformer import kv_position_bytes
+from ..blocks.mel import kaldi_fbank, matcha_mel, whisper_log_mel
 from .frontend import ENDOFPROMPT, V3_SYSTEM, TextNormalizer, TextTokenizer, only_punctuation
 from .loader import QWEN_DIR, CosyVoiceBundle
-from ..common.sampling import ras_sample
+from ..blocks.sampling import ras_sample
 
 SAMPLE_RATE = 24000
 MAX_TOKEN_TEXT_RATIO, MIN_TOKEN_TEXT_RATIO = 20.0, 2.0

@@ -1,11 +1,11 @@
 """F5-TTS v1 (PyPI f5-tts 1.1.22, code MIT; F5TTS_v1_Base weights CC-BY-NC-4.0) as a native torch
-engine: the DiT flow-matching model on the shared solver (nodes/common/flow.py) and Vocos
-(nodes/common/vocoder.py), loading the upstream files unchanged; see phases.py."""
+engine: the DiT flow-matching model on the shared solver (nodes/blocks/flow.py) and Vocos
+(nodes/blocks/vocoder.py), loading the upstream files unchanged; see phases.py."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..common.registry import Download, EngineSpec, LoadRequest
+from ..pack.registry import Download, EngineSpec, LoadRequest
 
 
 def build_engine(request: LoadRequest, manager):

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module, read_safetensors_header
-from ..common.checkpoint import check_sizes, load_yaml
-from ..common.vocoder import MelSpectrogramFeatures, Vocos, load_vocos
+from ..formats.checkpoint import check_sizes, load_yaml
+from ..blocks.vocoder import MelSpectrogramFeatures, Vocos, load_vocos
 from .model import DiT, DiTConfig, F5Checkpoint
 from .text import F5Tokenizer
 

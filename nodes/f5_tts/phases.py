@@ -29,9 +29,9 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.fallbacks import tiled_1d
-from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
-from ..common.segments import Join, Segment
+from ..pack.audio import resample
+from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..pack.segments import Join, Segment
 from .loader import F5Bundle
 from .reference import prompt_audio
 from .sample import FlowSettings, sample, total_frames

@@ -4,7 +4,7 @@ preprocess_ref_audio_text runs the file through pydub: it keeps the speech up to
 silence of 1 s under -50 dBFS, else of 0.1 s under -40 dBFS, else hard at 12 s; each kept piece keeps
 1 s of its silence), trims the edges under -42 dBFS, appends 50 ms of silence and writes a 16-bit
 WAV, which infer_process reads back with torchaudio.load; infer_batch_process then averages the
-channels. The pydub steps are nodes/common/silence.py's, on the reference's 16-bit samples (a 16-bit
+channels. The pydub steps are nodes/pack/silence.py's, on the reference's 16-bit samples (a 16-bit
 file's, which is what ComfyUI's LoadAudio decodes most references from).
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..common.engine import Reference
-from ..common.silence import Segment, leading_silence, split_on_silence
+from ..pack.engine import Reference
+from ..pack.silence import Segment, leading_silence, split_on_silence
 
 CLIP_MS = 12000         # "Audio is over 12s, clipping short."
 KEEP_MS = 1000          # split_on_silence's keep_silence

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..common import flow
+from ..blocks import flow
 from .model import DiT
 
 MAX_DURATION = 65536

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import check_data_file
+from ..formats.checkpoint import check_data_file
 
 _TRANSLATE = str.maketrans({";": ",", "“": '"', "”": '"', "‘": "'", "’": "'"})
 

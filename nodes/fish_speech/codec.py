@@ -9,7 +9,7 @@
 The structure is not in the checkpoint folder (upstream builds it from the package's
 `configs/modded_dac_vq.yaml`); `CodecConfig.from_shapes` reads every size from the tensors of
 `codec.pth` and takes the rest (head size 64, windows, RoPE base) from that YAML.
-DAC blocks and the residual quantizer are the shared ones (nodes/common/dac.py).
+DAC blocks and the residual quantizer are the shared ones (nodes/blocks/dac.py).
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.dac import (CausalConv1d, CausalConvTranspose1d, Decoder, Encoder, EncoderBlock,
+from ..blocks.dac import (CausalConv1d, CausalConvTranspose1d, Decoder, Encoder, EncoderBlock,
                           ResidualVectorQuantize)
-from ..common.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table
+from ..blocks.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table
 
 HEAD_DIM = 64                 # modded_dac_vq.yaml: every codec transformer uses 64-wide heads
 ROPE_BASE = 10000.0

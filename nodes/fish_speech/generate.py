@@ -38,8 +38,8 @@ import torch
 from torch import Tensor
 
 from ...runtime.lm.cache import DynamicCache, make_cache
-from ..common.decode import autoregress
-from ..common.sampling import exponential_draw, top_p_descending
+from ..blocks.decode import autoregress
+from ..blocks.sampling import exponential_draw, top_p_descending
 from .model import DualARTransformer
 from .tokenizer import FishTokenizer, HFTokenizer
 

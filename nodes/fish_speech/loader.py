@@ -11,7 +11,7 @@ fast LM's `fast_<name>` (`audio_decoder.codebook_embeddings` stays `codebook_emb
 
 Pickles are read with `torch.load(weights_only=True, mmap=True)` only. As upstream's loaders do, a
 `state_dict` wrapper and the "model." / "generator." prefixes are unwrapped, "audio_" tensors
-(training-only) dropped, separate wq/wk/wv fused into wqkv, weight norm folded (nodes/common/dac.py)
+(training-only) dropped, separate wq/wk/wv fused into wqkv, weight norm folded (nodes/blocks/dac.py)
 and the codec's stored RoPE tables and causal masks (recomputed here) skipped; everything else must
 match the modules exactly (missing, unexpected or mis-shaped keys are a CheckpointError naming the file).
 """
@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 
 from ...runtime.loading import CheckpointError, SizeSource, checkpoint_path, load_module, load_module_from_state
-from ..common import checkpoint
-from ..common.checkpoint import load_pickle, state_dict
-from ..common.dac import fold_weight_norm
+from ..formats import checkpoint
+from ..formats.checkpoint import load_pickle, state_dict
+from ..blocks.dac import fold_weight_norm
 from .codec import CodecConfig, FishCodec
 from .model import DualARTransformer, FishConfig
 from .tokenizer import FishTokenizer, HFTokenizer

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ...runtime.lm.cache import KVCache
-from ..common.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table
+from ..blocks.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table
 
 
 def _find_multiple(n: int, k: int) -> int:

@@ -24,10 +24,10 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.decode import frames_estimate
-from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
-from ..common.segments import Segment
-from ..common.transformer import kv_position_bytes
+from ..blocks.decode import frames_estimate
+from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..pack.segments import Segment
+from ..blocks.transformer import kv_position_bytes
 from .generate import S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
 from .loader import FishBundle
 

@@ -21,7 +21,7 @@ import unicodedata
 from pathlib import Path
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import load_json, load_tokenizer, read_text_bounded
+from ..formats.checkpoint import load_json, load_tokenizer, read_text_bounded
 
 WHITE_SPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
                         "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")

@@ -7,19 +7,42 @@ imported only when downloading) or, for tests and offline mirrors, a local folde
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from .registry import Download
+from typing import Protocol
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+@dataclass(frozen=True)
+class Download:
+    """Files of one hub repository that belong to a model folder.
+
+    `include`: glob patterns of repository paths (default every file); `strip`: a folder prefix removed
+    from the paths (the files of `F5TTS_v1_Base/` land at the model folder's top); `into`: a subfolder
+    of the model folder; `sha256`: pinned hashes of repository paths, checked in addition to the hub's.
+    """
+
+    repo: str
+    include: tuple[str, ...] = ("*",)
+    strip: str = ""
+    into: str = ""
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    def wants(self, name: str) -> bool:
+        return not name.startswith(".") and any(fnmatch.fnmatchcase(name, p) for p in self.include)
+
+    def destination(self, name: str) -> str:
+        """The path of repository file `name` inside the model folder."""
+        if self.strip and name.startswith(self.strip.rstrip("/") + "/"):
+            name = name[len(self.strip.rstrip("/")) + 1:]
+        return f"{self.into.strip('/')}/{name}" if self.into else name
 
 
 class DownloadError(RuntimeError):

@@ -3,7 +3,7 @@
 For small upstream networks shipped only as ONNX (CosyVoice's S3 speech tokenizer and CAM++ speaker
 model), whose exported graphs carry no stable parameter names to map onto a hand-written module:
 
-    model = read_model("campplus.onnx")               # nodes/common/onnx_reader.py (no onnx/onnxruntime)
+    model = read_model("campplus.onnx")               # nodes/formats/onnx_reader.py (no onnx/onnxruntime)
     net = OnnxModule(model)                           # float initializers -> nn.Parameters (float32)
     (embedding,) = net(fbank)                         # graph inputs in order -> graph outputs in order
 

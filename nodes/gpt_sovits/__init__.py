@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..common.registry import Download, EngineSpec, LoadRequest
+from ..pack.registry import Download, EngineSpec, LoadRequest
 
 
 def build_engine(request: LoadRequest, manager):

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import check_data_file
+from ..formats.checkpoint import check_data_file
 from .en_normalize import normalize
 
 ENGINE = "GPT-SoVITS"

@@ -9,7 +9,7 @@ on that path (chinese2.py never calls `g2pw.lazy_pinyin`), so it is not ported.
 
 The model folder is upstream's downloaded `G2PWModel/` unchanged: `g2pW.onnx` (or `g2pw.onnx`), `config.py`
 (read with `ast`, never executed), POLYPHONIC_CHARS.txt, MONOPHONIC_CHARS.txt, bopomofo_to_pinyin_wo_tune_dict.json
-and char_bopomofo_dict.json. The graph runs in `nodes/common/onnx_graph.OnnxModule`; the tokenizer is the
+and char_bopomofo_dict.json. The graph runs in `nodes/formats/onnx_graph.OnnxModule`; the tokenizer is the
 chinese-roberta `tokenizers.Tokenizer` upstream's AutoTokenizer wraps.
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pypinyin import Style, pinyin
 from tokenizers import Tokenizer
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import ModelFolderError, load_json, read_text_bounded
-from ..common.onnx_graph import OnnxModule
-from ..common.onnx_reader import read_model
+from ..formats.checkpoint import ModelFolderError, load_json, read_text_bounded
+from ..formats.onnx_graph import OnnxModule
+from ..formats.onnx_reader import read_model
 from .zh_chars import traditional_to_simplified
 
 log = logging.getLogger(__name__)

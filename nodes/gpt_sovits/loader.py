@@ -35,11 +35,11 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state
-from ..common.checkpoint import (ModelFolderError, check_sizes, load_pickle, load_pickle_with_records, load_tokenizer,
+from ..formats.checkpoint import (ModelFolderError, check_sizes, load_pickle, load_pickle_with_records, load_tokenizer,
                                  read_json, state_dict)
-from ..common.dac import fold_weight_norm
+from ..blocks.dac import fold_weight_norm
 from .bert import BertConfig, BertFeatures
-from ..common.hubert import Hubert, HubertConfig
+from ..blocks.hubert import Hubert, HubertConfig
 from .sovits import WEIGHT_NORMED, SoVITSConfig, SynthesizerTrn
 from .speaker import ERes2NetV2
 from .t2s import T2SConfig, Text2Semantic

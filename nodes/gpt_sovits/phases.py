@@ -33,9 +33,9 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import make_cache, peak_bytes
-from ..common.audio import resample, to_mono
-from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
-from ..common.segments import Segment
+from ..pack.audio import resample, to_mono
+from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..pack.segments import Segment
 from . import chinese, english, frontend
 from .g2pw import G2PW, read_polyphonic
 from .loader import BERT_DIR, GPTSoVITS

@@ -8,7 +8,7 @@ The reference style `ge` comes from MelStyleEncoder over the reference's linear 
 v2Pro adds a projected ERes2NetV2 speaker embedding (`sv_emb`, PReLU) and feeds MRTE `ge_to512(ge)`.
 Parameter names are the checkpoint's `weight` dict. Weight-normed convolutions (HiFi-GAN, WaveNet layers of
 the flow) are plain convolutions: the loader folds `weight_g`/`weight_v` once, with the very operation
-upstream runs per forward (`nodes/common/dac.fold_weight_norm`). `enc_q` (the training posterior encoder)
+upstream runs per forward (`nodes/blocks/dac.fold_weight_norm`). `enc_q` (the training posterior encoder)
 is not part of inference: upstream drops it when it saves fine-tuned weights; the loader ignores it.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...runtime.loading import CheckpointError
-from ..common.dac import EuclideanCodebook
+from ..blocks.dac import EuclideanCodebook
 
 LRELU_SLOPE = 0.1
 SSL_DIM = 768                   # chinese-hubert-base features

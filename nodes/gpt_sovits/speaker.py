@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.mel import kaldi_fbank
+from ..blocks.mel import kaldi_fbank
 
 SAMPLE_RATE = 16000
 

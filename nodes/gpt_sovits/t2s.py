@@ -24,8 +24,8 @@ from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache
 from ...runtime.loading import CheckpointError
-from ..common.decode import autoregress
-from ..common.sampling import exponential_draw, repetition_penalty, top_k_filter, top_p_descending
+from ..blocks.decode import autoregress
+from ..blocks.sampling import exponential_draw, repetition_penalty, top_k_filter, top_p_descending
 
 MAX_TOKENS = 1500          # upstream's decode loop: `for idx in range(1500)`
 MIN_TOKENS = 11            # EOS is masked out of the first 11 steps (at least 0.4 s of speech)

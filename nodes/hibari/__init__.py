@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..common.registry import EngineSpec, LoadRequest
+from ..pack.registry import EngineSpec, LoadRequest
 
 if TYPE_CHECKING:
     from ...runtime import ModelManager

@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from .loader import OOV_ONNX, OOV_ONNX_SHA256, WeightFileError, onnx_state_dict, package_assets, verify_file
 from .model import TransformerLayer
-from ..common.onnx_reader import OnnxFormatError
+from ..formats.onnx_reader import OnnxFormatError
 
 # hibari.tts.MAX_PHONEMES: the acoustic model has no positional table, so this is not a hard limit of
 # the graph; it is the chunk length hibari was built and evaluated with (attention cost grows as L^2).

@@ -20,9 +20,9 @@ import torch
 
 from ...runtime.loading import CheckpointError
 from ...runtime.paths import cache_dir
-from ..common.download import sha256_of
+from ..formats.download import sha256_of
 from .model import HibariModel
-from ..common.onnx_reader import Graph, OnnxFormatError, read_model
+from ..formats.onnx_reader import Graph, OnnxFormatError, read_model
 
 PACKAGE = "hibari-tts==0.2.1"
 HIBARI_ONNX = "hibari.onnx"

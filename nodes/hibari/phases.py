@@ -1,7 +1,7 @@
 """The embedded voice on the runtime: one component (the acoustic model) and two phases per chunk.
 
     engine = HibariEngine(HibariVoice.load(), manager, device="cuda")
-    wav, meta = synthesize(engine, SpeakRequest("Hello there.", seed=0))        # nodes/common/pipeline.py
+    wav, meta = synthesize(engine, SpeakRequest("Hello there.", seed=0))        # nodes/pack/pipeline.py
 
 hibari reads phoneme chunks: `split_text` is its own G2P chunker (sentences, at most MAX_PHONEMES
 phonemes each), so chunk i of the pipeline is hibari's chunk i and draws its noise from seed + i, as
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
-from ..common.engine import Capabilities, Chunk, Engine, Reference
+from ..pack.engine import Capabilities, Chunk, Engine, Reference
 from .engine import SAMPLE_RATE, SPEED_RANGE, HibariVoice
 from .g2p import MAX_PHONEMES
 from .model import SPEC_BINS, SPEC_PARTS

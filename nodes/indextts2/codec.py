@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.vocoder import VocosBackbone
+from ..blocks.vocoder import VocosBackbone
 
 
 @dataclass(frozen=True)

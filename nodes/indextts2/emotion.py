@@ -20,10 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import make_cache
-from ..common.checkpoint import load_tokenizer
-from ..common.decode import autoregress
-from ..common.sampling import repetition_penalty, select
-from ..common.qwen3 import DecoderStack, LMConfig
+from ..formats.checkpoint import load_tokenizer
+from ..blocks.decode import autoregress
+from ..blocks.sampling import repetition_penalty, select
+from ..blocks.qwen3 import DecoderStack, LMConfig
 
 SYSTEM = "文本情感分类"
 THINK_END = 151668                                   # </think> in Qwen3's vocabulary
@@ -178,7 +178,7 @@ def load_emotion_model(folder: str | Path, dtype: torch.dtype = torch.float32) -
     """qwen0.6bemo4-merge/: config.json, model.safetensors, tokenizer.json (generation_config.json optional);
     strict loading, errors name the file."""
     from ...runtime.loading import CheckpointError, SizeSource, load_module
-    from ..common.checkpoint import ModelFolderError, read_json
+    from ..formats.checkpoint import ModelFolderError, read_json
     folder = Path(folder)
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         if not (folder / name).is_file():

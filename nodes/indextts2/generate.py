@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from ...runtime.lm.cache import make_cache
-from ..common.decode import beam_search
-from ..common.sampling import repetition_penalty, top_k_filter, top_p_filter
+from ..blocks.decode import beam_search
+from ..blocks.sampling import repetition_penalty, top_k_filter, top_p_filter
 from .gpt import UnifiedVoice
 
 

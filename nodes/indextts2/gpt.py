@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache
-from ..common.conformer import FeedForward, RelPositionAttention
+from ..blocks.conformer import FeedForward, RelPositionAttention
 
 
 @dataclass(frozen=True)

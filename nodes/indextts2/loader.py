@@ -18,11 +18,11 @@ import torch
 from safetensors import safe_open
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module_from_state, read_safetensors_header
-from ..common.bigvgan import BigVGAN, load_bigvgan
-from ..common.campplus import CAMPPlus
-from ..common.checkpoint import ModelFolderError, check_sizes, load_pickle, load_yaml
-from ..common.dac import fold_weight_norm
-from ..common.w2v_bert import W2VBert, load_w2v_bert
+from ..blocks.bigvgan import BigVGAN, load_bigvgan
+from ..blocks.campplus import CAMPPlus
+from ..formats.checkpoint import ModelFolderError, check_sizes, load_pickle, load_yaml
+from ..blocks.dac import fold_weight_norm
+from ..blocks.w2v_bert import W2VBert, load_w2v_bert
 from .codec import CodecConfig, SemanticCodec
 from .emotion import EmotionModel, load_emotion_model
 from .gpt import ConformerConfig, GPTConfig, UnifiedVoice

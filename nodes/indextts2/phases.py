@@ -37,12 +37,12 @@ from torch import Tensor
 
 from ...runtime import ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.audio import check_level, check_rate, check_samples, resample, to_mono
-from ..common.decode import frames_estimate
-from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
-from ..common.segments import Join, Segment
-from ..common.w2v_bert import seamless_features
-from ..common.mel import kaldi_fbank, matcha_mel
+from ..pack.audio import check_level, check_rate, check_samples, resample, to_mono
+from ..blocks.decode import frames_estimate
+from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..pack.segments import Join, Segment
+from ..blocks.w2v_bert import seamless_features
+from ..blocks.mel import kaldi_fbank, matcha_mel
 from .emotion import after_thinking, chat_prompt, emotion_vector, generate
 from .generate import Sampling, generate_codes
 from .loader import IndexTTS2Bundle

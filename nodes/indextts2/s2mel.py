@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.flow import guided, mix, solve
-from ..common.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table, upcast
+from ..blocks.flow import guided, mix, solve
+from ..blocks.transformer import RMSNorm, apply_interleaved_rotary, interleaved_rope_table, upcast
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...runtime.loading import CheckpointError
-from ..common.checkpoint import check_data_file, read_text_bounded
+from ..formats.checkpoint import check_data_file, read_text_bounded
 
 CONTRACTION = re.compile(r"(what|where|who|which|how|t?here|it|s?he|that|this)'s", re.IGNORECASE)
 CHAR_MAP = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..common.registry import Download, EngineSpec, LoadRequest
+from ..pack.registry import Download, EngineSpec, LoadRequest
 from .languages import LANGUAGE_IDS
 from .loader import missing_files
 

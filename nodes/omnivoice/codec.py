@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.checkpoint import MAX_COUNT
-from ..common.dac import DacDecoder, DacEncoder, EuclideanRVQ
-from ..common.hubert import Hubert, HubertConfig
+from ..formats.checkpoint import MAX_COUNT
+from ..blocks.dac import DacDecoder, DacEncoder, EuclideanRVQ
+from ..blocks.hubert import Hubert, HubertConfig
 
 
 @dataclass

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, SizeSource, checkpoint_path, load_module, read_safetensors_header
-from ..common import checkpoint
-from ..common.checkpoint import ModelFolderError
+from ..formats import checkpoint
+from ..formats.checkpoint import ModelFolderError
 from .codec import CodecConfig, HiggsAudioTokenizer
 from .model import OmniVoiceConfig, OmniVoiceLM
 

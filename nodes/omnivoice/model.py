@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..common.transformer import DecoderLayer, RMSNorm, RotaryEmbedding
+from ..blocks.transformer import DecoderLayer, RMSNorm, RotaryEmbedding
 
 
 @dataclass

@@ -31,15 +31,15 @@ import torch
 from torch import Tensor, nn
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
-from ..common.audio import resample
-from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
-from ..common.segments import Join
+from ..pack.audio import resample
+from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..pack.segments import Join
 from .generate import Prompt, Sampling, batch, build_prompt, unmask
 from .languages import LANGUAGE_IDS
 from .loader import OmniVoiceBundle
 from .model import OmniVoiceConfig
 from .segments import split_long_text
-from ..common.silence import remove_silence
+from ..pack.silence import remove_silence
 from .text import CJK, add_punctuation, combine_text, estimate_frames, resolve_instruct, style_text, wrap_text
 
 SAMPLE_RATE = 24000

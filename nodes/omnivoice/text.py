@@ -19,7 +19,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ..common.checkpoint import load_tokenizer
+from ..formats.checkpoint import load_tokenizer
 
 NONVERBAL = re.compile(r"\[(laughter|sigh|confirmation-en|question-en|question-ah|question-oh|question-ei|question-yi|"
                        r"surprise-ah|surprise-oh|surprise-wa|surprise-yo|dissatisfaction-hnn)\]")

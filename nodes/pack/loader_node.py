@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from . import folders
-from .download import DownloadError, HuggingFaceSource, LocalSource, download_model, download_plan, layout
+from ..formats import folders
+from ..formats.download import DownloadError, HuggingFaceSource, LocalSource, download_model, download_plan, layout
 from .pack_runtime import get_runtime
 from .pipeline import LoadedModel
 from .registry import PRECISIONS, EngineSpec, LoadRequest

@@ -2,8 +2,8 @@
 goes and under which licence. tests/test_model_docs.py fails when the committed file differs, so the
 page follows the registry; regenerate it after changing an EngineSpec's models or licence:
 
-    python -m mizuoto.nodes.common.model_docs            # rewrites docs/models.md of this checkout
-    python -m mizuoto.nodes.common.model_docs --check    # exit status 1 if it is stale
+    python -m mizuoto.nodes.pack.model_docs            # rewrites docs/models.md of this checkout
+    python -m mizuoto.nodes.pack.model_docs --check    # exit status 1 if it is stale
 
 What the Download entries cannot say (gated repositories, files that come from elsewhere) is in NOTES.
 """
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import MappingProxyType
 
-from .download import layout
+from ..formats.download import layout
 from .registry import Download, EngineSpec, discover
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "models.md"
@@ -98,7 +98,7 @@ def engine_section(spec: EngineSpec) -> list[str]:
 HEADER = """\
 # Models: what to download and where it goes
 
-<!-- Generated from the engine registry by `python -m mizuoto.nodes.common.model_docs`; do not edit by
+<!-- Generated from the engine registry by `python -m mizuoto.nodes.pack.model_docs`; do not edit by
 hand (tests/test_model_docs.py fails when this file differs from what the registry produces). -->
 
 A loader downloads a known model the first time it is used (every file checked against the hub's
@@ -107,7 +107,7 @@ sha256). This page is for installing by hand, offline, or checking a folder.
 ## Where model folders go
 
 A model is a folder `<TTS folder>/<engine>/<model>/`; the model name is the folder's name. The TTS
-folders are (`nodes/common/folders.py`):
+folders are (`nodes/formats/folders.py`):
 
 - **Inside ComfyUI**: every folder ComfyUI registers for `TTS`: `models/TTS/` in ComfyUI's models
   directory (this pack registers it at start-up) and any `TTS:` entry of `extra_model_paths.yaml`.
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.is_file() else None
         if current != text:
-            print(f"{args.output} is stale; run python -m mizuoto.nodes.common.model_docs", file=sys.stderr)
+            print(f"{args.output} is stale; run python -m mizuoto.nodes.pack.model_docs", file=sys.stderr)
             return 1
         return 0
     args.output.write_text(text, encoding="utf-8", newline="\n")

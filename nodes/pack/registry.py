@@ -15,7 +15,6 @@ a folder. Node ids and input names never change once shipped (saved workflows).
 """
 from __future__ import annotations
 
-import fnmatch
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,36 +23,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..formats.download import Download
+
 if TYPE_CHECKING:
     from ...runtime import ModelManager
     from .engine import Engine
 
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass(frozen=True)
-class Download:
-    """Files of one hub repository that belong to a model folder.
-
-    `include`: glob patterns of repository paths (default every file); `strip`: a folder prefix removed
-    from the paths (the files of `F5TTS_v1_Base/` land at the model folder's top); `into`: a subfolder
-    of the model folder; `sha256`: pinned hashes of repository paths, checked in addition to the hub's.
-    """
-
-    repo: str
-    include: tuple[str, ...] = ("*",)
-    strip: str = ""
-    into: str = ""
-    sha256: dict[str, str] = field(default_factory=dict)
-
-    def wants(self, name: str) -> bool:
-        return not name.startswith(".") and any(fnmatch.fnmatchcase(name, p) for p in self.include)
-
-    def destination(self, name: str) -> str:
-        """The path of repository file `name` inside the model folder."""
-        if self.strip and name.startswith(self.strip.rstrip("/") + "/"):
-            name = name[len(self.strip.rstrip("/")) + 1:]
-        return f"{self.into.strip('/')}/{name}" if self.into else name
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,7 @@ def verify(spec: EngineSpec, load: LoadRequest, request: SpeakRequest, progress:
 
 def model_files(folder: Path | None) -> dict[str, dict[str, Any]]:
     """Every file of the model folder with its size and sha256: which exact model a report is about."""
-    from .download import sha256_of
+    from ..formats.download import sha256_of
 
     if folder is None:
         return {}

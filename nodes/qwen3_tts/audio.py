@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..common import mel
-from ..common.mel import mel_filters
+from ..blocks import mel
+from ..blocks.mel import mel_filters
 
 MEL = dict(n_fft=1024, num_mels=128, hop_size=256, win_size=1024, fmin=0, fmax=12000)
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.transformer import Attention, DecoderLayer, LayerScale, RMSNorm, RotaryEmbedding
+from ..blocks.transformer import Attention, DecoderLayer, LayerScale, RMSNorm, RotaryEmbedding
 
 # ---- configuration ----------------------------------------------------------------------------------
 

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from ...runtime.lm.cache import DynamicCache, make_cache
-from ..common.decode import autoregress
-from ..common.sampling import check_sampling, repetition_penalty, select
+from ..blocks.decode import autoregress
+from ..blocks.sampling import check_sampling, repetition_penalty, select
 from .model import Qwen3TTS, Talker
 
 SPECIAL_CODEC_TOKENS = 1024   # the last 1024 ids of the codec vocabulary are control tokens (suppressed)

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, SizeSource, checkpoint_path, load_module
-from ..common import checkpoint
-from ..common.checkpoint import ModelFolderError
+from ..formats import checkpoint
+from ..formats.checkpoint import ModelFolderError
 from .codec import CodecConfig, SpeechTokenizer
 from .model import Qwen3TTS, Qwen3TTSConfig
 

@@ -14,7 +14,7 @@ Parameter names follow the upstream `model.safetensors` exactly (`talker.model.l
       speaker_encoder             ECAPA-TDNN x-vector from a 128-bin log-mel (Base models only)
 
 The talker's RoPE is "multimodal" upstream, but text-only: the three sections get the same positions,
-which is exactly 1-D RoPE (see nodes/common/transformer.py).
+which is exactly 1-D RoPE (see nodes/blocks/transformer.py).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.qwen3 import DecoderStack, LMConfig
+from ..blocks.qwen3 import DecoderStack, LMConfig
 
 # ---- configuration ----------------------------------------------------------------------------------
 

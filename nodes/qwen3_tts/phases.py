@@ -31,9 +31,9 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.audio import resample, to_mono
-from ..common.engine import Capabilities, Chunk, Engine, Reference
-from ..common.transformer import kv_position_bytes
+from ..pack.audio import resample, to_mono
+from ..pack.engine import Capabilities, Chunk, Engine, Reference
+from ..blocks.transformer import kv_position_bytes
 from .generate import Request, Sampling, build_prompt, generate_codes, speaker_embedding
 from .loader import Qwen3TTSBundle
 from .text import assistant_text, instruct_text, ref_text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..common.checkpoint import load_json, load_tokenizer, read_text_bounded, tokenizer_errors
+from ..formats.checkpoint import load_json, load_tokenizer, read_text_bounded, tokenizer_errors
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")

@@ -3,7 +3,7 @@ model (MiniCPM-4 base LM + residual LM, LocEnc, LocDiT flow head, FSQ, AudioVAE 
 out), loading the upstream files unchanged; see phases.py."""
 from __future__ import annotations
 
-from ..common.registry import Download, EngineSpec, LoadRequest
+from ..pack.registry import Download, EngineSpec, LoadRequest
 from .text import LANGUAGES
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.dac import Snake1d
+from ..blocks.dac import Snake1d
 from .model import ConfigError, field_of
 
 

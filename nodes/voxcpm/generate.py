@@ -5,7 +5,7 @@
     wav = decode_latents(vae, latents, prompt.context, patch_size)
 
 The loop is upstream's `VoxCPM2Model._inference`, step for step, on the shared AR skeleton
-(nodes/common/decode.py): a prefill of both LMs over the prompt, then per frame the LocDiT flow head (CFG-Zero*, Euler; nodes/common/flow.py) draws one latent patch
+(nodes/blocks/decode.py): a prefill of both LMs over the prompt, then per frame the LocDiT flow head (CFG-Zero*, Euler; nodes/blocks/flow.py) draws one latent patch
 conditioned on both LMs' last hidden states and the previous patch, LocEnc embeds it, the stop head
 reads the base LM's state, and both LMs advance one position. Every module is called normally (the
 runtime's streaming hooks fire) and the KV caches grow with the request (runtime.lm.cache) instead of
@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from ...runtime.lm.cache import BufferCache, make_cache
-from ..common.decode import autoregress
-from ..common.flow import cfg_zero_star, guided, noise, solve, sway_sampling
+from ..blocks.decode import autoregress
+from ..blocks.flow import cfg_zero_star, guided, noise, solve, sway_sampling
 from .audiovae import AudioVAE
 from .model import VoxCPM2
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ...runtime.loading import CheckpointError, SizeSource, load_module, load_module_from_state
-from ..common.checkpoint import ModelFolderError, load_pickle, read_json, state_dict
+from ..formats.checkpoint import ModelFolderError, load_pickle, read_json, state_dict
 from .audiovae import AudioVAE, AudioVAEConfig
 from .model import ConfigError, VoxCPM2, VoxCPMConfig
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache
-from ..common.transformer import Attention, RMSNorm, SwiGLU, apply_rotary, rotary_embedding
+from ..blocks.transformer import Attention, RMSNorm, SwiGLU, apply_rotary, rotary_embedding
 
 # ---- configuration ----------------------------------------------------------------------------------------
 

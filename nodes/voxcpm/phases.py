@@ -32,9 +32,9 @@ from torch import Tensor
 
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
-from ..common.engine import Capabilities, Chunk, Engine, Option, Reference
-from ..common.segments import Segment
-from ..common.transformer import kv_position_bytes
+from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
+from ..pack.segments import Segment
+from ..blocks.transformer import kv_position_bytes
 from .generate import ATTENTION_BLOCK, Sampling, build_prompt, decode_latents, encode_audio, generate
 from .loader import VoxCPMBundle
 from .text import LANGUAGES, normalize_spaces, with_control

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..common.checkpoint import load_json, load_tokenizer
+from ..formats.checkpoint import load_json, load_tokenizer
 
 
 # The 30 languages VoxCPM 2 was trained on (upstream's README). The model reads the language from the

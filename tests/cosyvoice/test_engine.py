@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.cosyvoice import ENGINE
 from mizuoto.nodes.cosyvoice.loader import ModelFolderError, is_model_folder, load_cosyvoice
 from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine, drop_long_silences
@@ -170,7 +170,7 @@ def test_estimates_cover_measured_peaks(folder3):
     with eng.manager.request(seed=1) as ctx:
         real_run = ctx.run
         ctx.run = tracking_run
-        from mizuoto.nodes.common.engine import Chunk, Reference
+        from mizuoto.nodes.pack.engine import Chunk, Reference
         wav, rate = reference(2.0)
         chunk = Chunk(text="hi there", seed=1, reference=Reference(wav, rate),
                       reference_text="hello")

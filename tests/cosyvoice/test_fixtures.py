@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorde
 import golden
 import mizuoto.nodes.cosyvoice.flow as flow_module
 from mizuoto.nodes.cosyvoice.loader import CosyVoiceBundle, load_cosyvoice
-from mizuoto.nodes.common.sampling import ras_sample
+from mizuoto.nodes.blocks.sampling import ras_sample
 
 from cosyvoice.tiny import FIXTURES, write_folder
 

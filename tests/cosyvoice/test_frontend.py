@@ -9,7 +9,7 @@ import torch
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
 import golden
-from mizuoto.nodes.common.mel import kaldi_fbank, matcha_mel, whisper_log_mel
+from mizuoto.nodes.blocks.mel import kaldi_fbank, matcha_mel, whisper_log_mel
 from mizuoto.nodes.cosyvoice.frontend import TextNormalizer, TextTokenizer
 
 from cosyvoice.tiny import FIXTURES, TOKENIZER_TEXTS, write_tokenizer

@@ -74,7 +74,7 @@ def test_the_graphs_load_once_per_normaliser(normalizer):
 def test_the_transcript_is_normalised_as_upstream_sends_it():
     import types
 
-    from mizuoto.nodes.common.engine import Chunk
+    from mizuoto.nodes.pack.engine import Chunk
     from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine
     chunk = Chunk("好。", 0, segmented=True, reference_text="我在2023年说过。")
     for version, prompt in ((2, "我在二零二三年说过。"),

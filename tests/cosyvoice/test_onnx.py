@@ -1,4 +1,4 @@
-"""The speech tokenizers and CAM++ run from their ONNX files as torch modules (nodes/common/onnx_graph.py)
+"""The speech tokenizers and CAM++ run from their ONNX files as torch modules (nodes/formats/onnx_graph.py)
 against onnxruntime's outputs on the same graphs (fixtures: tiny random graphs of the real structure,
 exported by make_fixtures.py): tokens equal (and far from their rounding boundaries), x-vector within 1e-6.
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import mizuoto.nodes.common.onnx_graph as onnx_graph
-from mizuoto.nodes.common.onnx_graph import OnnxModule, OnnxRuntimeError
-from mizuoto.nodes.common.onnx_reader import read_model
+import mizuoto.nodes.formats.onnx_graph as onnx_graph
+from mizuoto.nodes.formats.onnx_graph import OnnxModule, OnnxRuntimeError
+from mizuoto.nodes.formats.onnx_reader import read_model
 from mizuoto.nodes.cosyvoice.loader import CampPlus, SpeechTokenizer
 
 from cosyvoice.tiny import FIXTURES
@@ -67,8 +67,8 @@ def test_weights_are_parameters_and_unknown_operators_are_named():
 
 
 def test_softmax_follows_the_graph_opset():
-    from mizuoto.nodes.common.onnx_graph import OPS
-    from mizuoto.nodes.common.onnx_reader import Node
+    from mizuoto.nodes.formats.onnx_graph import OPS
+    from mizuoto.nodes.formats.onnx_reader import Node
     x = torch.randn(2, 3, 4)
     new = OPS["Softmax"](Node("Softmax", "s", ["x"], ["y"], {"axis": 1, "_opset": 13}), [x])[0]
     old = OPS["Softmax"](Node("Softmax", "s", ["x"], ["y"], {"axis": 1, "_opset": 11}), [x])[0]

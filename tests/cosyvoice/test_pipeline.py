@@ -17,8 +17,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # recorded with one intra-o
 
 import golden
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
-from mizuoto.nodes.common.pack_runtime import build_runtime, use_runtime
-from mizuoto.nodes.common.pipeline import SpeakRequest, speak
+from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
+from mizuoto.nodes.pack.pipeline import SpeakRequest, speak
 from mizuoto.nodes.cosyvoice import ENGINE
 from mizuoto.nodes.cosyvoice.frontend import TextNormalizer
 from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine

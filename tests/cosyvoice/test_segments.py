@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from mizuoto.nodes.common.engine import Chunk
-from mizuoto.nodes.common.segments import Join
+from mizuoto.nodes.pack.engine import Chunk
+from mizuoto.nodes.pack.segments import Join
 from mizuoto.nodes.cosyvoice.frontend import TextNormalizer, TextTokenizer, split_paragraph
 from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine
 

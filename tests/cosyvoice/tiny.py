@@ -269,7 +269,7 @@ def conformance_case(root: Path):
     CosyVoice 3 runs the same checks in tests/engines_native/test_cosyvoice_streaming.py."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     t = torch.arange(14400) / 24000
     wav = 0.3 * torch.sin(2 * torch.pi * 190 * t) * (1 + torch.sin(2 * torch.pi * 2 * t)) / 2
     folder = write_folder(Path(root) / "tiny-v2", 2, end_bias=8.0)    # ends soon: the checks need no long run

@@ -18,10 +18,10 @@ import threading
 import pytest
 import torch
 
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
-from mizuoto.nodes.common.registry import LoadRequest, discover
-from mizuoto.nodes.common import verify as verify_module
-from mizuoto.nodes.common.verify import FaultInjector
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.registry import LoadRequest, discover
+from mizuoto.nodes.pack import verify as verify_module
+from mizuoto.nodes.pack.verify import FaultInjector
 from mizuoto.runtime import Cancelled, DeviceService, ModelHandle, ModelManager, VramPolicy
 
 from conformance import conformance_case

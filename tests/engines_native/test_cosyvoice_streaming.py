@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.cosyvoice.loader import load_cosyvoice
 from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from f5_tts.tiny import write_tiny_checkpoint
-from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.pack.engine import Chunk, Reference
 from mizuoto.nodes.f5_tts.loader import load_f5_tts
 from mizuoto.nodes.f5_tts.phases import F5TTSEngine, frames_for
 from mizuoto.nodes.f5_tts.sample import FlowSettings, sample, total_frames

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fish_speech.tiny import write_tiny_checkpoint, write_tiny_s2
-from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.pack.engine import Chunk, Reference
 from mizuoto.nodes.fish_speech.generate import S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
 from mizuoto.nodes.fish_speech.loader import load_fish_speech
 from mizuoto.nodes.fish_speech.phases import FishS2Engine, FishSpeechEngine

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gpt_sovits.tiny import write_folder
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
-from mizuoto.nodes.common.registry import LoadRequest, discover
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.registry import LoadRequest, discover
 from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, VramPolicy
 
 SPEC = {s.engine_id: s for s in discover()}["gpt_sovits"]

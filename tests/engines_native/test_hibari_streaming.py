@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mizuoto.nodes.hibari.engine import HibariVoice
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.hibari.phases import HibariEngine
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
 from runtime_helpers import residency_capacity

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from mizuoto.nodes.common.audio import SILENT_PEAK, check_level
-from mizuoto.nodes.common.engine import Engine, Option
-from mizuoto.nodes.common.pipeline import SpeakRequest, reference_audio, synthesize
-from mizuoto.nodes.common.registry import LoadRequest, discover
+from mizuoto.nodes.pack.audio import SILENT_PEAK, check_level
+from mizuoto.nodes.pack.engine import Engine, Option
+from mizuoto.nodes.pack.pipeline import SpeakRequest, reference_audio, synthesize
+from mizuoto.nodes.pack.registry import LoadRequest, discover
 from mizuoto.runtime import DeviceService, ModelManager
 
 from conformance import conformance_case

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.indextts2.loader import load_indextts2
 from mizuoto.nodes.indextts2.phases import IndexTTS2Engine
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy

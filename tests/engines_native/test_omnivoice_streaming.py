@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.pack.engine import Chunk, Reference
 from mizuoto.nodes.omnivoice.generate import Sampling, batch, unmask
 from mizuoto.nodes.omnivoice.loader import load_omnivoice
 from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine, postprocess
-from mizuoto.nodes.common.silence import remove_silence
+from mizuoto.nodes.pack.silence import remove_silence
 from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
 from runtime_helpers import residency_capacity
 
@@ -47,7 +47,7 @@ def chunk() -> Chunk:
 @pytest.fixture(scope="module")
 def plain(folder):
     """The plain CPU run: the same functions, no runtime."""
-    from mizuoto.nodes.common.audio import resample
+    from mizuoto.nodes.pack.audio import resample
     torch.set_num_threads(1)
     b = load_omnivoice(folder, torch.float32)
     probe = OmniVoiceEngine(b, ModelManager(DeviceService()))
@@ -147,7 +147,7 @@ def test_generate_estimate_covers_measured_working_memory(folder, text, cloning)
 
 @pytest.mark.parametrize("seconds", [0.5, 2.0])
 def test_codec_estimates_cover_measured_working_memory(folder, seconds):
-    from mizuoto.nodes.common.audio import resample
+    from mizuoto.nodes.pack.audio import resample
     engine = _engine(folder, 1 << 30)
     devices, codec = engine.manager.devices, engine.bundle.codec
     wav = torch.randn(int(24000 * seconds) // 960 * 960) * 0.1

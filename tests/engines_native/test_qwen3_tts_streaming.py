@@ -38,7 +38,7 @@ def tokens():
 @pytest.fixture(scope="module")
 def plain(folder):
     """The plain CPU run: the same functions, no runtime."""
-    from mizuoto.nodes.common.audio import resample
+    from mizuoto.nodes.pack.audio import resample
     torch.set_num_threads(1)
     b = load_qwen3_tts(folder, dtype=torch.float32)
     wav, sr = reference_wave()

@@ -1,4 +1,4 @@
-"""`python -m mizuoto verify` (nodes/common/verify.py) on deliberately broken engines: each fault is
+"""`python -m mizuoto verify` (nodes/pack/verify.py) on deliberately broken engines: each fault is
 reported precisely and the exit status says so. Every registered engine's tiny model runs it in
 tests/engines_native/test_conformance.py (placements) and its OOM test (the same fault injector)."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conformance import conformance_case
-from mizuoto.nodes.common.registry import LoadRequest, discover
-from mizuoto.nodes.common.verify import verify
+from mizuoto.nodes.pack.registry import LoadRequest, discover
+from mizuoto.nodes.pack.verify import verify
 from mizuoto.runtime import ModelHandle
 
 ENGINES = {spec.engine_id: spec for spec in discover()}
@@ -161,8 +161,8 @@ def test_the_gpu_injection_raises_as_each_phase_begins_and_is_retried_exactly(tm
     """PhaseFaults, verify's injector for a real GPU (whose allocator cannot be intercepted), on the
     strict simulated device: an OOM raised in the first block of each phase, weights placed, is retried
     and the audio equals the run without it."""
-    from mizuoto.nodes.common.pipeline import synthesize
-    from mizuoto.nodes.common.verify import PhaseFaults
+    from mizuoto.nodes.pack.pipeline import synthesize
+    from mizuoto.nodes.pack.verify import PhaseFaults
     from mizuoto.runtime import Calibration, DeviceService, ModelManager, RequestContext, VramPolicy
 
     spec, load, request = tiny("hibari", tmp_path, monkeypatch)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.pack.engine import Chunk, Reference
 from mizuoto.nodes.voxcpm.generate import Sampling, build_prompt, decode_latents, encode_audio, generate
 from mizuoto.nodes.voxcpm.loader import load_voxcpm
 from mizuoto.nodes.voxcpm.phases import VoxCPMEngine

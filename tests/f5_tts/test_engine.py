@@ -13,8 +13,8 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from f5_tts.tiny import VOCOS, training_config, write_tiny_checkpoint
-from mizuoto.nodes.common.engine import Chunk, Reference
-from mizuoto.nodes.common.vocoder import Vocos, VocosConfig
+from mizuoto.nodes.pack.engine import Chunk, Reference
+from mizuoto.nodes.blocks.vocoder import Vocos, VocosConfig
 from mizuoto.nodes.f5_tts import ENGINE
 from mizuoto.nodes.f5_tts.loader import ModelFolderError, V1_BASE_ARCH, V1_MEL, find_models, load_f5_tts
 from mizuoto.nodes.f5_tts.model import DiTConfig, F5Checkpoint

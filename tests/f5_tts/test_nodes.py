@@ -12,9 +12,9 @@ import torch
 
 from f5_tts.tiny import write_tiny_checkpoint
 from mizuoto.nodes import NODE_CLASS_MAPPINGS
-from mizuoto.nodes.common.download import DownloadError
-from mizuoto.nodes.common.loader_node import model_choices
-from mizuoto.nodes.common.speak import MizuotoSpeak
+from mizuoto.nodes.formats.download import DownloadError
+from mizuoto.nodes.pack.loader_node import model_choices
+from mizuoto.nodes.pack.speak import MizuotoSpeak
 from mizuoto.nodes.f5_tts import ENGINE
 
 Loader = NODE_CLASS_MAPPINGS["MizuotoLoadF5TTS"]

@@ -24,7 +24,7 @@ import yaml  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from f5_tts.tiny import ARCH, MEL, VOCOS, randomize, vocab_tokens, write_vocab, training_config  # noqa: E402
-from mizuoto.nodes.common.engine import Chunk, Reference  # noqa: E402
+from mizuoto.nodes.pack.engine import Chunk, Reference  # noqa: E402
 from mizuoto.nodes.f5_tts.loader import load_f5_tts  # noqa: E402
 from mizuoto.nodes.f5_tts.phases import F5TTSEngine  # noqa: E402
 from mizuoto.nodes.f5_tts.sample import FlowSettings, sample  # noqa: E402
@@ -227,7 +227,7 @@ def test_the_pipeline_equals_f5tts_infer(upstream, ours, tmp_path, monkeypatch, 
     import soundfile
     import torchaudio
     from f5_tts.api import F5TTS
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 
     monkeypatch.setattr(utils_infer, "ThreadPoolExecutor", lambda: ThreadPoolExecutor(max_workers=1))
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mizuoto.nodes.common.engine import Reference
-from mizuoto.nodes.common.segments import join_waves
+from mizuoto.nodes.pack.engine import Reference
+from mizuoto.nodes.pack.segments import join_waves
 from mizuoto.nodes.f5_tts.phases import F5TTSEngine
 from mizuoto.nodes.f5_tts.text import batch_bytes, chunk_text
 

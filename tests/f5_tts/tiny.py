@@ -63,7 +63,7 @@ def randomize(module: torch.nn.Module, seed: int, scale: float = 0.2) -> None:
 
 def write_tiny_checkpoint(folder: Path, seed: int = 0) -> Path:
     """Our own modules (whose names match upstream's), randomised, saved in the upstream layout."""
-    from mizuoto.nodes.common.vocoder import Vocos, VocosConfig
+    from mizuoto.nodes.blocks.vocoder import Vocos, VocosConfig
     from mizuoto.nodes.f5_tts.model import DiT, DiTConfig
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,7 @@ def conformance_case(root: Path):
     """The tiny model and a short voice-clone request, 4 flow steps (tests/engines_native/test_conformance.py)."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_tiny_checkpoint(Path(root) / "tiny", seed=6)
     t = torch.arange(int(16000 * 0.6)) / 16000               # at 16 kHz: the pipeline resamples it
     ref = 0.1 * torch.sin(2 * torch.pi * 170 * t) * (1 + torch.sin(2 * torch.pi * 3 * t))

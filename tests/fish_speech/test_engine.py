@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fish_speech.tiny import write_tiny_checkpoint
-from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.pack.engine import Chunk, Reference
 from mizuoto.nodes.fish_speech.loader import ModelFolderError, is_model_folder, load_fish_speech
 from mizuoto.nodes.fish_speech.phases import FishSpeechEngine
 from mizuoto.nodes.fish_speech.tokenizer import pretokenize
@@ -139,7 +139,7 @@ def test_fixed_part_and_units(folder):
 
 
 def test_speak_pipeline_chunks_resamples_and_checks(folder):
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
     e = engine(folder)
     t = torch.arange(22050) / 22050
     ref = {"waveform": (0.3 * torch.sin(2 * torch.pi * 200 * t))[None, None], "sample_rate": 22050}

@@ -215,7 +215,7 @@ def test_end_token_stops_generation_on_the_same_frame(folder, upstream, ours):
         logits, _ = ours.model.forward_slow(prompt.long(), DynamicCache(), 0)
     with torch.no_grad():
         x = ours.model.embed(prompt.long())
-        from mizuoto.nodes.common.transformer import interleaved_rope_table
+        from mizuoto.nodes.blocks.transformer import interleaved_rope_table
         rope = interleaved_rope_table(x.shape[1], ours.model.config.head_dim, ours.model.config.rope_base)
         cache = DynamicCache()
         for i, layer in enumerate(ours.model.layers):
@@ -239,12 +239,12 @@ def test_end_token_stops_generation_on_the_same_frame(folder, upstream, ours):
 
 
 def test_dac_blocks_equal_descript_audio_codec():
-    """nodes/common/dac.py against descript-audio-codec 1.0 (the original, non-causal DAC, old-style weight
+    """nodes/blocks/dac.py against descript-audio-codec 1.0 (the original, non-causal DAC, old-style weight
     norm): encoder, residual quantizer (codes and decoded sum) and decoder, bit for bit."""
     from dac.model import dac as ddac
     from dac.nn.quantize import ResidualVectorQuantize as DRVQ
 
-    from mizuoto.nodes.common import dac as ours_dac
+    from mizuoto.nodes.blocks import dac as ours_dac
     enc, dec = ddac.Encoder(8, [2, 4], 32), ddac.Decoder(32, 64, [4, 2])
     q = DRVQ(32, n_codebooks=3, codebook_size=64, codebook_dim=4)
     for i, m in enumerate((enc, dec, q)):

@@ -18,13 +18,13 @@ import torch
 from fish_speech import s2_golden
 from golden import assert_close
 from fish_speech.tiny import write_tiny_s2
-from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.pack.engine import Chunk, Reference
 from mizuoto.nodes.fish_speech import ENGINE
 from mizuoto.nodes.fish_speech import generate as gen
 from mizuoto.nodes.fish_speech.generate import S2Sampling, build_chat_prompt, generate_codes, speaker_turns
 from mizuoto.nodes.fish_speech.loader import ModelFolderError, is_model_folder, load_fish_speech
 from mizuoto.nodes.fish_speech.phases import FishS2Engine
-from mizuoto.nodes.common.registry import LoadRequest
+from mizuoto.nodes.pack.registry import LoadRequest
 from mizuoto.runtime import DeviceService, ModelManager
 from mizuoto.runtime.loading import CheckpointError
 
@@ -155,7 +155,7 @@ def test_engine_speaks_through_the_registry(folder):
 def engine_case(tmp_path_factory):
     """test_conformance.py's fixture for the fish_speech engine, with the S2 folder (conformance_case_s2)."""
     from fish_speech.tiny import conformance_case_s2
-    from mizuoto.nodes.common.pipeline import synthesize
+    from mizuoto.nodes.pack.pipeline import synthesize
     from mizuoto.runtime import ModelHandle
     case = conformance_case_s2(tmp_path_factory.mktemp("fish_s2_conformance"))
     patch = pytest.MonkeyPatch()

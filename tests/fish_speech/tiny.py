@@ -255,7 +255,7 @@ def conformance_case(root: Path):
     (tests/engines_native/test_conformance.py)."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_tiny_checkpoint(Path(root) / "tiny", seed=9, n_layer=12, dim=128, n_head=4, head_dim=32,
                                    intermediate_size=512)
     t = torch.arange(int(22050 * 0.6)) / 22050
@@ -270,7 +270,7 @@ def conformance_case_s2(root: Path):
     12-layer slow LM, speaker-tagged text with an inline [tag]."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_tiny_s2(Path(root) / "tiny_s2", seed=9, text_n_layer=12, text_dim=128, text_n_head=4,
                            text_head_dim=32, text_intermediate_size=512)
     t = torch.arange(int(22050 * 0.6)) / 22050

@@ -15,9 +15,9 @@ import torch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-from mizuoto.nodes.common.checkpoint import ModelFolderError, load_pickle_with_records
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
-from mizuoto.nodes.common.registry import LoadRequest, discover
+from mizuoto.nodes.formats.checkpoint import ModelFolderError, load_pickle_with_records
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.registry import LoadRequest, discover
 from mizuoto.nodes.gpt_sovits import loader
 from mizuoto.runtime import DeviceService, ModelManager
 from mizuoto.runtime.loading import CheckpointError

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from mizuoto.nodes.common.checkpoint import ModelFolderError
+from mizuoto.nodes.formats.checkpoint import ModelFolderError
 from mizuoto.nodes.gpt_sovits import g2pw
 from mizuoto.runtime.loading import CheckpointError
 
@@ -200,8 +200,8 @@ def test_flatten_axis_equal_to_rank():
     """ONNX Flatten allows axis == rank ([numel, 1]); transformers' padding-mask indexing exports it (G2PW)."""
     import torch
 
-    from mizuoto.nodes.common.onnx_graph import OPS
-    from mizuoto.nodes.common.onnx_reader import Node
+    from mizuoto.nodes.formats.onnx_graph import OPS
+    from mizuoto.nodes.formats.onnx_reader import Node
     x = torch.arange(24).reshape(2, 3, 4)
     for axis, shape in ((0, (1, 24)), (1, (2, 12)), (3, (24, 1)), (-1, (6, 4)), (-3, (1, 24))):
         (y,) = OPS["Flatten"](Node("Flatten", "f", ["x"], ["y"], {"axis": axis}), [x])

@@ -23,7 +23,7 @@ def stereo_pcm() -> np.ndarray:
 
 
 def test_hubert_input_is_librosas_reading_of_the_original_rate():
-    from mizuoto.nodes.common.pipeline import reference_audio
+    from mizuoto.nodes.pack.pipeline import reference_audio
     from mizuoto.nodes.gpt_sovits.phases import GPTSoVITSEngine, hubert_input
     want = json.loads(FIXTURE.read_text())
     wav = torch.from_numpy(stereo_pcm().astype(np.float32) / 32768)[None]        # ComfyUI AUDIO [B, C, T]

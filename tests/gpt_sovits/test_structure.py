@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mizuoto.nodes.gpt_sovits.bert import BertConfig, BertFeatures
-from mizuoto.nodes.common.hubert import Hubert, HubertConfig
+from mizuoto.nodes.blocks.hubert import Hubert, HubertConfig
 from mizuoto.nodes.gpt_sovits.sovits import SoVITSConfig
 from mizuoto.nodes.gpt_sovits.speaker import ERes2NetV2
 from mizuoto.nodes.gpt_sovits.t2s import T2SConfig, Text2Semantic

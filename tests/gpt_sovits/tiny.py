@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from mizuoto.nodes.gpt_sovits.bert import BertConfig, BertFeatures
-from mizuoto.nodes.common.hubert import Hubert, HubertConfig
+from mizuoto.nodes.blocks.hubert import Hubert, HubertConfig
 from mizuoto.nodes.gpt_sovits.sovits import WEIGHT_NORMED, SoVITSConfig, SynthesizerTrn
 from mizuoto.nodes.gpt_sovits.speaker import ERes2NetV2
 
@@ -361,7 +361,7 @@ def conformance_case(root: Path):
     (tests/engines_native/test_conformance.py): every phase runs, "bert" included."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     t = torch.arange(32000 * 3) / 32000
     wav = 0.3 * torch.sin(2 * torch.pi * 190 * t) * (1 + torch.sin(2 * torch.pi * 2 * t)) / 2
     folder = write_folder(Path(root), "v2Pro", self_contained=True)     # its config files inside the folder

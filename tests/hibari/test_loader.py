@@ -12,7 +12,7 @@ import torch
 from mizuoto.nodes.hibari.loader import (HIBARI_ONNX_SHA256, WeightFileError, linear_weights, load_model,
                                          load_state_dict, onnx_state_dict)
 from mizuoto.nodes.hibari.model import HibariModel
-from mizuoto.nodes.common.onnx_reader import read_model
+from mizuoto.nodes.formats.onnx_reader import read_model
 
 
 def test_no_onnxruntime_onnx_or_protobuf_on_our_path():

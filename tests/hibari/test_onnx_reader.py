@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mizuoto.nodes.hibari.loader import OOV_ONNX, package_assets
-from mizuoto.nodes.common.onnx_reader import OnnxFormatError, parse_model, read_model
+from mizuoto.nodes.formats.onnx_reader import OnnxFormatError, parse_model, read_model
 
 
 # -- a minimal protobuf encoder, enough to build small ModelProtos by hand ----------------------

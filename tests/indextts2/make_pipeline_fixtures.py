@@ -14,7 +14,7 @@ What the script changes, the sizes and the random stream only:
   and 1024 in MyModel's gpt_layer, CAMPPlus's default channels) are the tiny folder's (its source is
   executed with those numbers replaced; each replacement asserted);
 - upstream draws all randomness from torch's global generator, the pack from a generator per segment
-  seeded with seed + index (nodes/common/pipeline.py): the global generator is re-seeded with seed + index
+  seeded with seed + index (nodes/pack/pipeline.py): the global generator is re-seeded with seed + index
   before each segment's inference_speech and again before its CFM noise (the draws are upstream's own);
 - the text normaliser is its Mac/Windows one (wetext), the one the engine runs (fixtures/frontend.json
   compares it with the Linux one; the texts here read the same with both, checked below).

@@ -10,12 +10,12 @@ import yaml
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-from mizuoto.nodes.common.checkpoint import ModelFolderError
-from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.formats.checkpoint import ModelFolderError
+from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.indextts2 import ENGINE
 from mizuoto.nodes.indextts2.loader import is_model_folder, load_indextts2
 from mizuoto.nodes.indextts2.text import TextNormalizer, tokenize_by_cjk_char
-from mizuoto.nodes.common.registry import LoadRequest
+from mizuoto.nodes.pack.registry import LoadRequest
 from mizuoto.runtime import DeviceService, ModelManager
 from mizuoto.runtime.loading import CheckpointError
 

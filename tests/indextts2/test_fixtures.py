@@ -19,8 +19,8 @@ import torch.nn.functional as F
 # the fixtures were recorded with one intra-op thread (--threads N changes it, as a perturbation)
 pytestmark = [pytest.mark.golden, pytest.mark.usefixtures("one_thread")]
 
-from mizuoto.nodes.common.bigvgan import kaiser_sinc_filter1d, load_bigvgan
-from mizuoto.nodes.common.w2v_bert import load_w2v_bert, seamless_features
+from mizuoto.nodes.blocks.bigvgan import kaiser_sinc_filter1d, load_bigvgan
+from mizuoto.nodes.blocks.w2v_bert import load_w2v_bert, seamless_features
 from mizuoto.nodes.indextts2.generate import Sampling, generate_codes
 from mizuoto.nodes.indextts2.loader import (codec_config, gpt_config, load_campplus, load_codec, load_gpt, load_s2mel,
                                             read_config, s2mel_config)

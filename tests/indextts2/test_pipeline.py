@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mizuoto.nodes.common.pipeline import LoadedModel, SpeakRequest, speak
-from mizuoto.nodes.common.pack_runtime import PackRuntime
-from mizuoto.nodes.common.registry import PRECISIONS, LoadRequest
-from mizuoto.nodes.common.segments import Join
+from mizuoto.nodes.pack.pipeline import LoadedModel, SpeakRequest, speak
+from mizuoto.nodes.pack.pack_runtime import PackRuntime
+from mizuoto.nodes.pack.registry import PRECISIONS, LoadRequest
+from mizuoto.nodes.pack.segments import Join
 from mizuoto.nodes.indextts2 import ENGINE
 from mizuoto.nodes.indextts2.phases import IndexTTS2Engine
 from mizuoto.nodes.indextts2.text import TextNormalizer, TextTokenizer

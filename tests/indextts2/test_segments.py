@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from mizuoto.nodes.common.segments import Segment, join_waves
+from mizuoto.nodes.pack.segments import Segment, join_waves
 from mizuoto.nodes.indextts2.phases import IndexTTS2Engine
 from mizuoto.nodes.indextts2.text import TextTokenizer, split_segments
 

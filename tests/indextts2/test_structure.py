@@ -14,8 +14,8 @@ import torch
 # real_indextts2.json is recorded from upstream (integers only: names and shapes travel as they are)
 pytestmark = pytest.mark.golden
 
-from mizuoto.nodes.common.campplus import CAMPPlus
-from mizuoto.nodes.common.w2v_bert import W2VBert, W2VBertConfig
+from mizuoto.nodes.blocks.campplus import CAMPPlus
+from mizuoto.nodes.blocks.w2v_bert import W2VBert, W2VBertConfig
 from mizuoto.nodes.indextts2.codec import SemanticCodec
 from mizuoto.nodes.indextts2.gpt import UnifiedVoice
 from mizuoto.nodes.indextts2.loader import SEMANTIC_LAYER, codec_config, gpt_config, s2mel_config

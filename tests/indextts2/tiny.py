@@ -145,7 +145,7 @@ def write_s2mel(folder: Path) -> Path:
 def write_bigvgan(folder: Path, taps: torch.Tensor | None = None) -> Path:
     """bigvgan_generator.pt ({"generator": state} with weight_g/weight_v pairs and the filter buffers) + config.json.
     Every filter is the 2x resampling filter of kernel 12: `taps`, or our kaiser_sinc_filter1d's."""
-    from mizuoto.nodes.common.bigvgan import kaiser_sinc_filter1d
+    from mizuoto.nodes.blocks.bigvgan import kaiser_sinc_filter1d
     folder.mkdir(parents=True, exist_ok=True)
     state = seeded_state(keys()["bigvgan"])
     for k in keys()["bigvgan.buffers"]:
@@ -217,9 +217,9 @@ def write_bpe(path: Path) -> None:
 def write_folder(root: Path, max_text_tokens: int | None = None) -> Path:
     """The published layout (REQUIRED in loader.py, feat1/feat2 included) with tiny seeded weights in the
     names and file formats upstream uses; shapes from our modules at the tiny e2e config."""
-    from mizuoto.nodes.common.bigvgan import BigVGAN, BigVGANConfig
-    from mizuoto.nodes.common.campplus import CAMPPlus
-    from mizuoto.nodes.common.w2v_bert import W2VBert, W2VBertConfig
+    from mizuoto.nodes.blocks.bigvgan import BigVGAN, BigVGANConfig
+    from mizuoto.nodes.blocks.campplus import CAMPPlus
+    from mizuoto.nodes.blocks.w2v_bert import W2VBert, W2VBertConfig
     from mizuoto.nodes.indextts2.codec import SemanticCodec
     from mizuoto.nodes.indextts2.loader import codec_config, gpt_config, s2mel_config
     from mizuoto.nodes.indextts2.gpt import UnifiedVoice
@@ -260,7 +260,7 @@ def write_folder(root: Path, max_text_tokens: int | None = None) -> Path:
     torch.save(seeded_state(_shapes(campplus)), folder / "campplus" / "campplus_cn_common.bin")
     (folder / "bigvgan").mkdir()
     big = seeded_state({k: v for k, v in _shapes(bigvgan).items() if not k.endswith(".filter")})
-    from mizuoto.nodes.common.bigvgan import kaiser_sinc_filter1d
+    from mizuoto.nodes.blocks.bigvgan import kaiser_sinc_filter1d
     big.update({k: kaiser_sinc_filter1d(0.25, 0.3, 12) for k in _shapes(bigvgan) if k.endswith(".filter")})
     torch.save({"generator": big}, folder / "bigvgan" / "bigvgan_generator.pt")
     (folder / "bigvgan" / "config.json").write_text(json.dumps(BIGVGAN_E2E))
@@ -325,7 +325,7 @@ def conformance_case(root: Path):
     """Cloning from a speaker reference (tests/engines_native/test_conformance.py); short decodes."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_folder(Path(root) / "tiny")
     return Case(folder, SpeakRequest("hi there", seed=5, reference={"waveform": reference()[None, None],
                                                                       "sample_rate": 22050},

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mizuoto.nodes.common.engine import Chunk, Reference
+from mizuoto.nodes.pack.engine import Chunk, Reference
 from mizuoto.nodes.omnivoice import ENGINE
 from mizuoto.nodes.omnivoice.generate import schedule, time_steps
 from mizuoto.nodes.omnivoice.loader import ModelFolderError, is_model_folder, load_omnivoice
@@ -151,7 +151,7 @@ def test_later_chunks_clone_the_first_chunks_voice(engine):
 def test_through_the_speak_pipeline(folder):
     """A 16 kHz ComfyUI AUDIO reference and its transcript: the pipeline resamples the reference to
     24 kHz and encodes it once; multi-sentence text whose audio fits 30 s is generated whole."""
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
     engine = OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
     t = torch.arange(16000) / 16000
     audio = {"waveform": (0.2 * torch.sin(2 * torch.pi * 150 * t))[None, None], "sample_rate": 16000}
@@ -176,11 +176,11 @@ def test_a_long_text_is_cut_generated_from_one_stream_joined_then_post_processed
     """Over 30 s of estimated audio: upstream's pieces (chunk_text_punctuation at ~15 s), the first
     piece's voice for the rest when there is no reference, one random stream, cross_fade_chunks, and
     the post-processing once on the joined audio: the pipeline equals those steps done by hand."""
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
-    from mizuoto.nodes.common.segments import join_waves
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.segments import join_waves
     from mizuoto.nodes.omnivoice.phases import postprocess
     from mizuoto.nodes.omnivoice.segments import chunk_text_punctuation
-    from mizuoto.nodes.common.silence import remove_silence
+    from mizuoto.nodes.pack.silence import remove_silence
     engine = OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
     text = " ".join(f"Sentence number {i} is here, and it goes on a little." for i in range(14))
     t = torch.arange(24000) / 24000
@@ -273,7 +273,7 @@ def test_duration_estimate_rules():
 
 
 def test_silence_removal_shortens_pauses_and_trims_edges():
-    from mizuoto.nodes.common.silence import remove_silence
+    from mizuoto.nodes.pack.silence import remove_silence
     sr = 24000
     tone = lambda s: 0.3 * torch.sin(2 * torch.pi * 200 * torch.arange(int(s * sr)) / sr)  # noqa: E731
     quiet = lambda s: torch.zeros(int(s * sr))  # noqa: E731

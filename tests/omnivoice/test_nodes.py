@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("tokenizers")
 
 from mizuoto.nodes import NODE_CLASS_MAPPINGS  # noqa: E402
-from mizuoto.nodes.common.speak import MizuotoSpeak  # noqa: E402
+from mizuoto.nodes.pack.speak import MizuotoSpeak  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("omnivoice_tiny", Path(__file__).with_name("tiny.py"))
 tiny = importlib.util.module_from_spec(spec)

@@ -22,7 +22,7 @@ _cpu_torchaudio()
 pytest.importorskip("omnivoice.models.omnivoice")
 pytest.importorskip("tokenizers")
 
-from mizuoto.nodes.common.engine import Chunk, Reference  # noqa: E402
+from mizuoto.nodes.pack.engine import Chunk, Reference  # noqa: E402
 from mizuoto.nodes.omnivoice.loader import load_omnivoice  # noqa: E402
 from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine  # noqa: E402
 from mizuoto.runtime import DeviceService, ModelManager  # noqa: E402
@@ -234,7 +234,7 @@ def test_default_pre_and_post_processing(upstream, ours):
 
 def test_silence_removal_matches_pydub():
     from omnivoice.utils.audio import remove_silence as upstream_remove
-    from mizuoto.nodes.common.silence import remove_silence
+    from mizuoto.nodes.pack.silence import remove_silence
     rng = np.random.default_rng(1)
     cases = [speech_with_pauses(seed=i)[: int(rng.integers(1000, 100000))] for i in range(12)]
     cases += [np.zeros(5000, np.float32), np.full(30000, 0.5, np.float32), np.zeros(0, np.float32),
@@ -307,7 +307,7 @@ def stereo_44k(seconds: float = 1.6) -> np.ndarray:
 
 
 def pipeline_run(engine, text: str, seed: int, **request):
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
     wav, meta = synthesize(engine, SpeakRequest(text=text, seed=seed, **request))
     return wav, meta
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mizuoto.nodes.common.segments import join_waves
+from mizuoto.nodes.pack.segments import join_waves
 from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine
 from mizuoto.nodes.omnivoice.segments import split_long_text
 from mizuoto.nodes.omnivoice.text import estimate_frames

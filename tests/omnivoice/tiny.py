@@ -135,7 +135,7 @@ def conformance_case(root: Path):
     """Cloning (the main mode: every phase runs) on a tiny model, two chunks, a short unmasking schedule."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     # A backbone whose streamable half outweighs the codec decoder (the test sizes its half-resident
     # device from the resident run's peak, which the generate phase reaches before the decoder loads).
     folder = write_tiny_checkpoint(Path(root) / "tiny", seed=4, layers=8, hidden=128)

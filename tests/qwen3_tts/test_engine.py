@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from mizuoto.nodes.common.audio import resample
+from mizuoto.nodes.pack.audio import resample
 from mizuoto.nodes.qwen3_tts.audio import log_mel
 from mizuoto.nodes.qwen3_tts.loader import ModelFolderError, find_models, load_qwen3_tts
 from mizuoto.nodes.qwen3_tts.phases import Qwen3TTSEngine
@@ -145,7 +145,7 @@ def test_the_pipeline_reads_the_whole_text_in_one_generation_as_upstream(root, t
     """qwen-tts cuts nothing: generate_custom_voice(text=...) reads the text whole. Through the Speak
     pipeline, multi-sentence Chinese / Japanese and text with numbers reach the talker as one segment,
     exactly as written, and the audio is that of one direct speak call."""
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
     from qwen3_tts.tiny import GENERATION, write_tokenizer
 
     folder = tmp_path / "tiny-custom"

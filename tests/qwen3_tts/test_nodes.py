@@ -8,10 +8,10 @@ import torch
 
 pytest.importorskip("tokenizers")
 
-from mizuoto.nodes.common.download import DownloadError  # noqa: E402
-from mizuoto.nodes.common.speak import MizuotoSpeak  # noqa: E402
+from mizuoto.nodes.formats.download import DownloadError  # noqa: E402
+from mizuoto.nodes.pack.speak import MizuotoSpeak  # noqa: E402
 from mizuoto.nodes import NODE_CLASS_MAPPINGS  # noqa: E402
-from mizuoto.nodes.common.loader_node import model_choices  # noqa: E402
+from mizuoto.nodes.pack.loader_node import model_choices  # noqa: E402
 from mizuoto.nodes.qwen3_tts import ENGINE  # noqa: E402
 from qwen3_tts.tiny import write_tiny_checkpoint, write_tokenizer  # noqa: E402
 

@@ -258,7 +258,7 @@ def test_the_pipeline_equals_generate_voice_clone(folders, tmp_path, text):
     same float WAV>, ref_text) after torch.manual_seed (librosa.load(sr=None, mono=True): the mean; a
     stereo array passed as a tuple fails upstream, `a[0] = ...` on a tuple). Needs librosa."""
     import soundfile
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
     tts, engine = upstream(folders["base"]), ours(folders["base"])
     left = reference_audio(44100)
     stereo = np.stack([left, 0.6 * np.roll(left, 200)]).astype(np.float32)

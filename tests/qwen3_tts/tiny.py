@@ -177,7 +177,7 @@ def conformance_case(root: Path):
     """A tiny CustomVoice model with a tokenizer and a short generation budget (conformance test)."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_tiny_checkpoint(Path(root) / "tiny-custom", "custom_voice", seed=5)
     write_tokenizer(folder)
     (folder / "generation_config.json").write_text(json.dumps({**GENERATION, "max_new_tokens": 8}))

@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mizuoto.nodes.common.engine import Chunk, Reference
-from mizuoto.nodes.common.transformer import LongRoPE, RotaryEmbedding, rotary_embedding
+from mizuoto.nodes.pack.engine import Chunk, Reference
+from mizuoto.nodes.blocks.transformer import LongRoPE, RotaryEmbedding, rotary_embedding
 from mizuoto.nodes.voxcpm.audiovae import AudioVAE, AudioVAEConfig
 from mizuoto.nodes.voxcpm.generate import Sampling, build_prompt, generate
 from mizuoto.nodes.voxcpm.loader import ModelFolderError, is_model_folder, load_voxcpm

@@ -238,7 +238,7 @@ def test_the_pipeline_in_bfloat16_equals_voxcpm_generate(tmp_path, text, transcr
     (librosa.load(sr=16000, mono=True): the mean, then soxr)."""
     from voxcpm.core import VoxCPM
     from voxcpm.model.voxcpm2 import VoxCPM2Model
-    from mizuoto.nodes.common.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
     from mizuoto.nodes.voxcpm.phases import VoxCPMEngine
     from mizuoto.runtime import DeviceService, ModelManager
     folder = tmp_path / "bf16"

@@ -158,7 +158,7 @@ def conformance_case(root: Path):
     phase runs in test_voxcpm_streaming.py, the pipeline's 0.5 s minimum is 400 tiny patches)."""
     from conformance import Case
 
-    from mizuoto.nodes.common.pipeline import SpeakRequest
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_tiny_checkpoint(Path(root) / "tiny", seed=3)
     return Case(folder, SpeakRequest("Hello world, the tiny voice speaks. 你好世界!", seed=9, instruction="warm",
                                      options={"inference_timesteps": 4}), unit_bytes=4 << 10)

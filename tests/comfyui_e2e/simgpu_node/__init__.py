@@ -47,7 +47,7 @@ def standin_bytes() -> int:
 def pack_runtime():
     """The pack's runtime (built on first use), with the stand-ins counted on its simulated device."""
     found = [m for name, m in list(sys.modules.items())
-             if name.endswith(".nodes.common.pack_runtime") and hasattr(m, "get_runtime")]
+             if name.endswith(".nodes.pack.pack_runtime") and hasattr(m, "get_runtime")]
     if len(found) != 1:
         raise RuntimeError(f"expected the Mizuoto pack loaded once, found {len(found)} pack_runtime modules")
     rt = found[0].get_runtime()
