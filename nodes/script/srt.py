@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 _TIME = r"(\d{1,3}):(\d{1,2}):(\d{1,2})([,.])(\d{3})"
-_TIMING = re.compile(rf"\s*{_TIME}\s*-->\s*{_TIME}(?:\s+(.*?))?\s*")
+_TIMING = re.compile(rf"\s*{_TIME}\s*-->\s*{_TIME}(?:\s+(.*?))?\s*")   # group 11: positions after the end
 _INDEX = re.compile(r"\s*(\d{1,9})\s*")
 _ARROW = "-->"
 
@@ -160,7 +160,7 @@ def parse_srt(text: str, *, overlap: Literal["trim", "keep", "error"] = "trim",
             raise SrtError(number, i + 1, f"expected a cue index or a timing line, got {lines[i][:60]!r} "
                                           "(a blank line inside a cue's text ends the cue)")
         timing = _TIMING.fullmatch(lines[i])
-        if timing is None:
+        if timing is None or _ARROW in (timing.group(11) or ""):
             raise SrtError(number, i + 1, f"bad timing line {lines[i][:80]!r}: expected 'HH:MM:SS,mmm --> "
                                           "HH:MM:SS,mmm' (three millisecond digits)")
         if "." in (timing.group(4), timing.group(9)):
@@ -216,8 +216,9 @@ def format_srt(cues: Iterable[Cue]) -> str:
         if any(not line.strip() or "\r" in line or _TIMING.fullmatch(line) for line in body):
             raise ValueError(f"cue {cue.index}: its text has a blank line, a carriage return or a timing line, "
                              "which SRT cannot hold")
-        if "\n" in cue.settings or "\r" in cue.settings or cue.settings != cue.settings.strip():
-            raise ValueError(f"cue {cue.index}: settings {cue.settings!r} must be one line without edge spaces")
+        if any(c in cue.settings for c in ("\n", "\r", _ARROW)) or cue.settings != cue.settings.strip():
+            raise ValueError(f"cue {cue.index}: settings {cue.settings!r} must be one line without edge spaces "
+                             f"or '{_ARROW}'")
         timing = f"{format_time(cue.start_ms)} --> {format_time(cue.end_ms)}"
         blocks.append("\n".join([str(cue.index), f"{timing} {cue.settings}" if cue.settings else timing, *body]))
     return "\n\n".join(blocks) + "\n" if blocks else ""
