@@ -137,9 +137,9 @@ def place_cues(cues: Sequence[Cue], audio: Sequence[torch.Tensor], sample_rate: 
     _check_options(policy, max_stretch, fallback, fade_ms, max_seconds, sample_rate)
     if len(cues) != len(audio):
         raise ValueError(f"audio: expected one tensor per cue ({len(cues)}), got {len(audio)}")
-    channels, device = _check_audio(audio)
+    lengths, channels, device = _lengths(audio)
     shifting = policy == "shift" or (policy == "stretch" and fallback == "shift")
-    plan = _plan(cues, audio, sample_rate, policy, max_stretch, fallback, shifting)
+    plan = _plan(cues, lengths, sample_rate, policy, max_stretch, fallback, shifting)
     total = max((max(p.new_end, p.new_start + p.placed) for p in plan), default=0)
     if total > max_seconds * sample_rate:
         raise ValueError(f"timeline: {total / sample_rate:.1f} s long, at most {max_seconds:g} s (max_seconds)")
@@ -168,26 +168,32 @@ def _check_options(policy: str, max_stretch: float, fallback: str, fade_ms: floa
         raise ValueError(f"sample_rate: expected an integer from 8000 to 768000 Hz, got {sample_rate!r}")
 
 
-def _check_audio(audio: Sequence[torch.Tensor]) -> tuple[int, torch.device]:
-    """The output's channel count and device, after checking every cue's audio (shapes only)."""
-    channels, device = 1, torch.device("cpu")
+def _shape(i: int, a: object) -> tuple[int, int, torch.device]:
+    """Channels, samples and device of ``audio[i]``, checked (a function, so the tensor is released when
+    it returns: a lazily made input holds one cue's audio at a time)."""
+    if not isinstance(a, torch.Tensor) or a.dim() not in (1, 2) or not a.is_floating_point():
+        shape = tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+        raise ValueError(f"audio[{i}]: expected a float tensor of shape [T] or [C, T], got {shape}")
+    return (a.shape[0] if a.dim() == 2 else 1), a.shape[-1], a.device
+
+
+def _lengths(audio: Sequence[torch.Tensor]) -> tuple[list[int], int, torch.device]:
+    """Every cue's speech length, and the output's channel count and device."""
+    lengths, channels, device = [], 1, torch.device("cpu")
     for i in range(len(audio)):
-        a = audio[i]
-        if not isinstance(a, torch.Tensor) or a.dim() not in (1, 2) or not a.is_floating_point():
-            shape = tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
-            raise ValueError(f"audio[{i}]: expected a float tensor of shape [T] or [C, T], got {shape}")
+        c, n, dev = _shape(i, audio[i])
         if i == 0:
-            device = a.device
-        elif a.device != device:
-            raise ValueError(f"audio[{i}]: on {a.device}, the others on {device}")
-        c = a.shape[0] if a.dim() == 2 else 1
+            device = dev
+        elif dev != device:
+            raise ValueError(f"audio[{i}]: on {dev}, the others on {device}")
         if c != 1 and channels not in (1, c):
             raise ValueError(f"audio[{i}]: {c} channels where others have {channels} (expected 1 or {channels})")
         channels = max(channels, c)
-    return channels, device
+        lengths.append(n)
+    return lengths, channels, device
 
 
-def _plan(cues: Sequence[Cue], audio: Sequence[torch.Tensor], sr: int, policy: str, max_stretch: float,
+def _plan(cues: Sequence[Cue], lengths: list[int], sr: int, policy: str, max_stretch: float,
           fallback: str, shifting: bool) -> list[Placement]:
     """Every cue's placement from the lengths alone (integers), before any sample is written."""
     plan: list[Placement] = []
@@ -199,7 +205,7 @@ def _plan(cues: Sequence[Cue], audio: Sequence[torch.Tensor], sr: int, policy: s
             raise ValueError(f"cues[{i}]: starts before cues[{i - 1}]; shifting needs cues in time order")
         start, end = to_sample(cue.start_ms, sr), to_sample(cue.end_ms, sr)
         slot = end - start
-        speech = audio[i].shape[-1]
+        speech = lengths[i]
         new_start = max(start, cursor) if shifting else start
         actions = ["moved"] if new_start > start else []
         length, factor, over = speech, 1.0, policy
