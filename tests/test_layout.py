@@ -17,6 +17,7 @@ LAYERS = {
     "nodes.formats": {"runtime", "nodes.formats"},
     "nodes.blocks": {"runtime", "nodes.formats", "nodes.blocks"},
     "nodes.pack": {"runtime", "nodes.formats", "nodes.blocks", "nodes.pack"},
+    "nodes.script": {"runtime", "nodes.formats", "nodes.blocks", "nodes.pack", "nodes.script"},
 }
 
 
