@@ -4,7 +4,7 @@
     # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per segment (split_text: upstream's text_normalize)
 
 Phases:
-- "prompt" (oneshot, once per request; the result is kept in `chunk.cache`): the reference's S3 speech
+- "prompt" (oneshot, once per voice; the result is kept in `chunk.prompts`): the reference's S3 speech
   tokens (Whisper log-mel at 16 kHz), its CAM++ x-vector (Kaldi fbank at 16 kHz) and its 80-bin mel at
   24 kHz (the flow's prompt); tokens and mel are cut to a 1:2 ratio as upstream does.
 - "llm" (sequence): Qwen2 over [sos, prompt text + text, task, prompt speech tokens], RAS sampling from
@@ -261,9 +261,9 @@ class CosyVoiceEngine(Engine):
 
     def voice_prompt(self, ctx: RequestContext, chunk: Chunk) -> dict[str, Tensor]:
         if chunk.reference is not None:
-            if "prompt" not in chunk.cache:
-                chunk.cache["prompt"] = self.prompt(ctx, chunk.reference.wav, chunk.reference.sample_rate)
-            return chunk.cache["prompt"]
+            if "prompt" not in chunk.prompts:
+                chunk.prompts["prompt"] = self.prompt(ctx, chunk.reference.wav, chunk.reference.sample_rate)
+            return chunk.prompts["prompt"]
         if chunk.voice is None:
             raise ValueError("CosyVoice: give reference audio or a voice")
         name = next(k for k in self.bundle.speakers if k.lower() == chunk.voice.lower())   # checked by the pipeline

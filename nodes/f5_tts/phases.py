@@ -118,7 +118,7 @@ class F5TTSEngine(Engine):
     # ---- the phases ------------------------------------------------------------------------------------------
     def prompt(self, chunk: Chunk) -> dict[str, Any]:
         """The reference as upstream prepares it (RMS, log-mel on the CPU in float32), once per request."""
-        cached = chunk.cache.get("f5_prompt")
+        cached = chunk.prompts.get("f5_prompt")
         if cached is not None:
             return cached
         ref = chunk.reference
@@ -134,7 +134,7 @@ class F5TTSEngine(Engine):
         with torch.inference_mode():
             mel = self.bundle.mel(wav).permute(0, 2, 1)
         prompt = {"wav": wav, "rms": rms, "mel": mel, "text": reference_prompt(chunk.reference_text)}
-        chunk.cache["f5_prompt"] = prompt
+        chunk.prompts["f5_prompt"] = prompt
         return prompt
 
     def settings(self, chunk: Chunk) -> FlowSettings:

@@ -6,7 +6,7 @@ phases per chunk.
         wav = engine.speak_chunk(ctx, Chunk("(excited) Hello!", seed=0, reference=ref, reference_text="..."))
 
 - "prompt" (oneshot, cloning only): the codec encodes the reference (44.1 kHz) into codes; computed
-  once per request (`chunk.cache`) and reused by every chunk;
+  once per voice (`chunk.prompts`) and reused by every chunk;
 - "generate" (sequence): the slow LM once per frame, the fast LM (marked hot: it runs once per
   codebook, 10 times per frame) filling the frame's other codebooks;
 - "decode" (oneshot): the codec turns the codes into 44.1 kHz audio.
@@ -140,9 +140,9 @@ class FishSpeechEngine(Engine):
         s.validate()
         ref_codes = None
         if chunk.reference is not None:
-            if "reference_codes" not in chunk.cache:
-                chunk.cache["reference_codes"] = self.reference_codes(ctx, chunk.reference.wav)
-            ref_codes = chunk.cache["reference_codes"]
+            if "reference_codes" not in chunk.prompts:
+                chunk.prompts["reference_codes"] = self.reference_codes(ctx, chunk.reference.wav)
+            ref_codes = chunk.prompts["reference_codes"]
         tok = self.bundle.tokenizer
         prompt = self.prompt_builder(tok, chunk.text, self.bundle.config.num_codebooks, chunk.reference_text,
                                      ref_codes)

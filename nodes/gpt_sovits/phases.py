@@ -201,7 +201,7 @@ class GPTSoVITSEngine(Engine):
 
     # ---- the phases ---------------------------------------------------------------------------------------
     def prompt(self, ctx: RequestContext, chunk: Chunk) -> dict[str, Any]:
-        cached = chunk.cache.get("gpt_sovits_prompt")
+        cached = chunk.prompts.get("gpt_sovits_prompt")
         if cached is not None:
             return cached
         ref = chunk.reference
@@ -241,7 +241,7 @@ class GPTSoVITSEngine(Engine):
             raise self.nothing_to_read("the reference transcript", text, language)
         prompt = {"tokens": tokens, "sv": emb, "spec": spec, "ids": [i for s in segments for i in s.phone_ids],
                   "bert": self.features(ctx, segments)}
-        chunk.cache["gpt_sovits_prompt"] = prompt
+        chunk.prompts["gpt_sovits_prompt"] = prompt
         return prompt
 
     def sampling(self, chunk: Chunk) -> T2SSampling:

@@ -4,7 +4,7 @@
     # the Speak pipeline calls engine.speak_chunk(ctx, chunk) per segment (split_text: upstream's 120-token segments)
 
 Phases:
-- "conditioning" (once per request, kept in `chunk.cache`): the reference at 22.05 kHz (soxr, cut to
+- "conditioning" (once per voice, kept in `chunk.prompts`; per request with `emotion_text`): the reference at 22.05 kHz (soxr, cut to
   15 s, as upstream's librosa load) resampled to 16 kHz with torchaudio's sinc, and, as its own emotion
   reference, the reference at 16 kHz straight from its own rate (soxr, 15 s: upstream's second load); w2v-bert-2.0 hidden state 17, normalised by
   wav2vec2bert_stats.pt; the semantic codec's quantized reference (S_ref); CAM++ on the Kaldi fbank (the
@@ -358,9 +358,12 @@ class IndexTTS2Engine(Engine):
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         if chunk.reference is None:
             raise ValueError("IndexTTS 2 needs reference audio")
-        if "cond" not in chunk.cache:
-            chunk.cache["cond"] = self.conditioning(ctx, chunk.reference, chunk)
-        cond = chunk.cache["cond"]
+        # emotion_text is read by the emotion model with the request's seed: that conditioning is the
+        # request's own, the rest depends on the voice alone
+        kept = chunk.cache if chunk.options.get("emotion_text") is not None else chunk.prompts
+        if "cond" not in kept:
+            kept["cond"] = self.conditioning(ctx, chunk.reference, chunk)
+        cond = kept["cond"]
         ids = self.tokenizer.ids(chunk.tokens) if chunk.tokens is not None else self.tokenizer.encode(chunk.text)
         if not ids:
             return torch.zeros(0)

@@ -238,10 +238,10 @@ class OmniVoiceEngine(Engine):
         """Reference codes, transcript and loudness for a cloning chunk, computed once per request."""
         if chunk.reference is None:
             return None
-        if "voice" not in chunk.cache:
+        if "voice" not in chunk.prompts:
             wav, text, rms = self.prepare_reference(chunk.reference, chunk.reference_text, preprocess)
-            chunk.cache["voice"] = (self.encode_reference(ctx, wav), text, rms)
-        return chunk.cache["voice"]
+            chunk.prompts["voice"] = (self.encode_reference(ctx, wav), text, rms)
+        return chunk.prompts["voice"]
 
     def split_text(self, text: str, reference: Reference | None = None, reference_text: str | None = None,
                    language: str = "auto", speed: float = 1.0) -> list[str]:
@@ -300,7 +300,7 @@ class OmniVoiceEngine(Engine):
         """A long text's pieces, joined by cross_fade_chunks, are post-processed as one, as upstream does."""
         if last.count == 1:
             return wav
-        voice = last.cache.get("voice")
+        voice = last.prompts.get("voice")
         return self.postprocess(wav, voice[2] if voice is not None else None, self.option(last, "postprocess_output"))
 
     @staticmethod

@@ -12,7 +12,7 @@ against the declaration, seed + i for chunk i, progress, interrupt, the AUDIO di
         PHASED = True
 
         def speak_chunk(self, ctx, chunk):
-            prompt = chunk.cache.get("prompt") or chunk.cache.setdefault("prompt", self.prompt(ctx, chunk.reference))
+            prompt = chunk.prompts.get("prompt") or chunk.prompts.setdefault("prompt", self.prompt(ctx, chunk.reference))
             mel = ctx.run("flow", [self.dit], lambda: ..., memory=...)
             return ctx.run("vocoder", [self.vocoder], lambda: ..., memory=...)   # float32 [T] on the CPU
 
@@ -195,7 +195,11 @@ class Chunk:
     instruction: str | None = None
     speed: float = 1.0
     options: dict[str, Any] = field(default_factory=dict)    # engine-specific, declared in `Engine.options`
-    cache: dict[str, Any] = field(default_factory=dict)      # shared by the chunks of one request (voice prompts)
+    cache: dict[str, Any] = field(default_factory=dict)      # shared by the chunks of one request
+    # what the engine derives from the voice alone (reference audio, its transcript) under the request's
+    # language, instruction, speed and options, never from the text or seed: shared by the chunks of one
+    # request and, through the pack's prompt cache, by later requests with the same voice and settings
+    prompts: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[int, int], None] | None = None       # (done, total) within this chunk
     tokens: tuple[str, ...] | None = None       # upstream's tokens of this segment (Segment.tokens), if any
     segmented: bool = False                     # text is a split_text segment, in the form upstream reads it

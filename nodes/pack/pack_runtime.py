@@ -17,8 +17,11 @@ import torch
 from ...runtime import DeviceService, ModelManager, VramPolicy
 from ...runtime.allocator import apply_cuda_allocator
 from ...runtime.service import RuntimeService
+from .caches import ByteCache
 
 MB = 1 << 20
+PROMPT_CACHE_MB = 256
+SEGMENT_CACHE_MB = 512   # about 90 minutes of 24 kHz mono float32
 
 
 @dataclass
@@ -28,6 +31,10 @@ class PackRuntime:
     service: RuntimeService
     device: torch.device
     last_meta: dict[str, Any] = field(default_factory=dict)  # the last request's meta, for the panel
+    # what engines derived from a voice (reference codes, speaker embeddings), per voice, model and settings
+    prompts: ByteCache = field(default_factory=lambda: ByteCache(PROMPT_CACHE_MB * MB))
+    # finished segments' audio, for scripts re-run after an edit (pipeline.speak(..., reuse=True))
+    segments: ByteCache = field(default_factory=lambda: ByteCache(SEGMENT_CACHE_MB * MB))
 
 
 _lock = threading.Lock()

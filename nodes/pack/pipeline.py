@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ...runtime.oom import is_oom
 from .audio import check_level, check_rate, check_samples, resample, to_channels, to_mono
+from .caches import request_key
 from .engine import Capabilities, Chunk, Engine, Option, Reference
 from .segments import Segment, join_waves
 
@@ -201,21 +202,42 @@ def reference_audio(audio: Any, caps: Capabilities) -> Reference:
 
 
 def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], None] | None = None,
-          cancel: threading.Event | None = None) -> tuple[Tensor, dict[str, Any]]:
-    """Speech for `req` with `model`: (mono float32 waveform [T] on the CPU, the request's meta)."""
-    service = model.runtime.service
+          cancel: threading.Event | None = None, reuse: bool = False) -> tuple[Tensor, dict[str, Any]]:
+    """Speech for `req` with `model`: (mono float32 waveform [T] on the CPU, the request's meta).
+
+    What the engine derives from a reference voice is kept in the runtime's prompt cache and reused by
+    later requests with the same voice and settings (`Chunk.prompts`). `reuse=True` (scripts) also
+    returns the audio of an identical earlier request (same model files, inputs and seed) from the
+    segment cache without running the model; meta["cached"] says so."""
+    runtime = model.runtime
+    segment_key = request_key(model, req, with_text=True) if reuse else None
+    if segment_key is not None:
+        hit = runtime.segments.get(segment_key)
+        if hit is not None:
+            wav, meta = hit
+            return wav, {**meta, "cached": True}
+    prompt_key = request_key(model, req, with_text=False) if req.reference is not None else None
+    prompts = runtime.prompts.get(prompt_key) if prompt_key is not None else None
+    fresh = prompts is None
+    prompts = {} if prompts is None else prompts
+    service = runtime.service
     try:
         with model.using() as engine:
-            wav, meta = synthesize(engine, req, progress, cancel)
+            wav, meta = synthesize(engine, req, progress, cancel, prompts=prompts)
     except Exception as e:
         if is_oom(e):
             service.release_after_oom()  # what ComfyUI does after an OOM, for our models
         raise
     finally:
         service.maintain()
-    meta = {"model": model.name, "engine": model.spec.engine_id, **meta}
-    model.runtime.last_meta = meta
-    return wav, meta
+    if prompt_key is not None and fresh and prompts:
+        runtime.prompts.put(prompt_key, prompts)
+    meta = {"model": model.name, "engine": model.spec.engine_id, **meta,
+            "voice_prompt": "none" if prompt_key is None or not prompts else "computed" if fresh else "reused"}
+    runtime.last_meta = meta
+    if segment_key is not None:
+        runtime.segments.put(segment_key, (wav, meta))
+    return wav, {**meta, "cached": False}
 
 
 def _within(progress, i: int, count: int):
@@ -226,8 +248,10 @@ def _within(progress, i: int, count: int):
 
 
 def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int], None] | None = None,
-               cancel: threading.Event | None = None) -> tuple[Tensor, dict[str, Any]]:
-    """The pipeline on an engine already loaded (no service: tests, benchmarks); see `speak`."""
+               cancel: threading.Event | None = None,
+               prompts: dict[str, Any] | None = None) -> tuple[Tensor, dict[str, Any]]:
+    """The pipeline on an engine already loaded (no service: tests, benchmarks); see `speak`. `prompts`:
+    what the engine derived from this voice before (filled in by this request when empty)."""
     caps = engine.capabilities
     options = check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
@@ -242,6 +266,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
         log.warning("%s: %s", engine.name, warning)
     seed = check_seed(req.seed)
     cache: dict[str, Any] = {}
+    prompts = {} if prompts is None else prompts
     out = []
     with engine.manager.request(seed=seed % SEED_MODULUS, cancel=cancel, settings=req.settings) as ctx:
         for i, text in enumerate(texts):
@@ -251,6 +276,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                           voice=req.voice or None, reference=reference,
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
                           speed=float(req.speed), options=dict(options), cache=cache,
+                          prompts=prompts,
                           progress=_within(progress, i, len(texts)))
             if i == 0 or not engine.ONE_STREAM:
                 ctx.generator.manual_seed(chunk.seed)

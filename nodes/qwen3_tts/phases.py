@@ -280,4 +280,4 @@ class Qwen3TTSEngine(Engine):
         return self.speak(ctx, chunk.text, language=LANGUAGE_NAMES.get(chunk.language, chunk.language),
                           speaker=chunk.voice, instruct=chunk.instruction, ref_audio=ref, ref_text=chunk.reference_text,
                           x_vector_only=ref is not None and not chunk.reference_text, progress=chunk.progress,
-                          prompt_cache=chunk.cache)
+                          prompt_cache=chunk.prompts)

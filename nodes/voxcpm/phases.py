@@ -8,7 +8,7 @@
 
 Phases:
 - "prompt" (oneshot; with reference audio): the AudioVAE encoder turns the 16 kHz reference into latent
-  patches, once per request (shared by its chunks through `chunk.cache`);
+  patches, once per voice (shared by its chunks and later requests through `chunk.prompts`);
 - "generate" (sequence): base LM, residual LM, LocEnc and the LocDiT flow head, one component; the LocDiT
   runs 2 x (steps - 1) times per frame, so it is marked hot (placed first, streamed last); the token
   embedding (73448 x 2048) stays on the CPU and only the prompt's rows move;
@@ -181,9 +181,9 @@ class VoxCPMEngine(Engine):
                 raise ValueError(f"reference: expected audio at {self.capabilities.reference_rate} Hz, got "
                                  f"{chunk.reference.sample_rate} Hz")
             key = ("voxcpm prompt", transcript is not None)
-            if key not in chunk.cache:
-                chunk.cache[key] = self.prompt(ctx, chunk.reference.wav.float(), transcript is not None)
-            reference, continuation = chunk.cache[key]
+            if key not in chunk.prompts:
+                chunk.prompts[key] = self.prompt(ctx, chunk.reference.wav.float(), transcript is not None)
+            reference, continuation = chunk.prompts[key]
         tok = self.bundle.tokenizer
         target = len(tok(text))
         prompt = build_prompt(tok((transcript or "") + text), self.config.patch_size, self.config.feat_dim,

@@ -18,6 +18,7 @@ import threading
 import pytest
 import torch
 
+from mizuoto.nodes.pack.caches import ByteCache
 from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.pack.registry import LoadRequest, discover
 from mizuoto.nodes.pack import verify as verify_module
@@ -92,6 +93,37 @@ def test_an_interrupt_mid_chunk_leaves_the_runtime_clean(engine_case):
     assert devices.memory("cpu").used == sum(h.loaded_bytes for h in engine.handles), "a streamed copy was left"
     again, _ = synthesize(engine, case.request)
     assert torch.equal(again, plain)
+
+
+def test_a_voice_prompt_from_the_cache_gives_the_audio_of_a_fresh_one(engine_case):
+    """What an engine derives from a voice (`Chunk.prompts`), kept by the pack's prompt cache (a host
+    copy) and handed to a later request with another seed, gives audio torch.equal to that
+    request run cold, and the engine recomputes nothing of it."""
+    spec, case, load, plain, sizes = engine_case
+    engine = spec.build(load, ModelManager(DeviceService()))
+    caps = engine.capabilities
+    req = case.request
+    if caps.cloning == "none":
+        synthesize(engine, req, prompts=(derived := {}))
+        assert derived == {}, "an engine without cloning derived a voice prompt"
+        return
+    if req.reference is None:
+        rate = caps.reference_rate or caps.sample_rate
+        seconds = caps.reference_seconds[0]            # tiny models read few positions
+        noise = 0.1 * torch.randn(1, 1, int(rate * seconds), generator=torch.Generator().manual_seed(3))
+        req = dataclasses.replace(req, reference={"waveform": noise, "sample_rate": rate},
+                                  reference_text="A reference." if caps.transcript == "required" else None,
+                                  instruction=None)   # a style instruction and a transcript exclude each other in some
+    synthesize(engine, req, prompts=(first := {}))
+    assert first, f"{spec.engine_id}: nothing derived from the reference reached Chunk.prompts"
+    cache = ByteCache(1 << 30)
+    assert cache.put("voice", first)
+    other = dataclasses.replace(req, seed=req.seed + 7)
+    cold, _ = synthesize(engine, other)
+    kept = cache.get("voice")
+    warm, _ = synthesize(engine, other, prompts=kept)
+    assert torch.equal(warm, cold), f"{spec.engine_id}: a cached voice prompt changed the audio"
+    assert set(kept) == set(first), f"{spec.engine_id}: the engine derived more than it kept the first time"
 
 
 def undeclared(caps, request: SpeakRequest) -> list[tuple[dict, str]]:
