@@ -119,32 +119,11 @@ def write_wav(path: str, wav, sample_rate: int) -> None:
         raise
 
 
-# libsndfile subtypes read in the integer width they hold: the pipeline scales integer PCM exactly as
-# soundfile/librosa do, so a 16- or 24-bit file gives the same samples as before this reader.
-_INTEGER_READS = {"PCM_S8": "int16", "PCM_U8": "int16", "PCM_16": "int16", "PCM_24": "int32", "PCM_32": "int32"}
-MAX_REFERENCE_FILE_SECONDS = 3600.0     # the engines take seconds to minutes; refuse hours before decoding
-
-
 def read_audio(path: str, flag: str = "--reference"):
-    """A reference audio file (WAV in any PCM/float variant, FLAC, OGG, MP3, AIFF, ...) as
-    (samples [C, T], rate); a ValueError naming `flag` and the file for anything else."""
-    import soundfile
-    import torch
+    """A reference audio file as (samples [C, T], rate); a ValueError naming `flag` and the file."""
+    from .nodes.formats.audio_file import read_audio as read
 
-    try:
-        info = soundfile.info(path)
-        if info.samplerate <= 0 or info.channels <= 0:
-            raise ValueError(f"{info.channels} channels at {info.samplerate} Hz")
-        seconds = info.frames / info.samplerate
-        if seconds > MAX_REFERENCE_FILE_SECONDS:
-            raise ValueError(f"{seconds:.0f} s long; expected at most {MAX_REFERENCE_FILE_SECONDS:.0f} s")
-        data, rate = soundfile.read(path, dtype=_INTEGER_READS.get(info.subtype, "float32"), always_2d=True)
-    except (soundfile.LibsndfileError, RuntimeError, OSError) as e:
-        raise ValueError(f"{flag} {path}: cannot be read as audio ({e}); expected WAV, FLAC, OGG, MP3 "
-                         "or another format libsndfile reads") from None
-    except ValueError as e:
-        raise ValueError(f"{flag} {path}: {e}") from None
-    return torch.from_numpy(data.T.copy()), rate
+    return read(path, flag)
 
 
 def model_folder(spec, model: str | None, download: bool):

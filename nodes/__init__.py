@@ -1,5 +1,5 @@
 """ComfyUI nodes: one loader per registered engine (each `nodes/<engine>/` declares an `ENGINE`), the
-Speak node and the Runtime Settings node; model folders and the panel's route.
+Speak, Voice, Script, SRT and Runtime Settings nodes; model folders and the panel's route.
 
 The mappings are built when first read (ComfyUI reads them right after importing the pack): importing
 `nodes.pack` or one engine, as the command line does, does not import every engine.
@@ -27,6 +27,8 @@ def comfy_entry() -> dict[str, Any]:
     from .pack.loader_node import loader_node
     from .pack.registry import discover
     from .pack.speak import MizuotoRuntimeSettings, MizuotoSpeak
+    from .pack.voice import MizuotoVoice
+    from .script.nodes import MizuotoScript, MizuotoSrt
 
     folders.register()
     routes.register_routes()
@@ -36,10 +38,16 @@ def comfy_entry() -> dict[str, Any]:
         "NODE_CLASS_MAPPINGS": {spec.loader_node: loader_node(spec) for spec in engines} | {
             "MizuotoSpeak": MizuotoSpeak,
             "MizuotoRuntimeSettings": MizuotoRuntimeSettings,
+            "MizuotoVoice": MizuotoVoice,
+            "MizuotoScript": MizuotoScript,
+            "MizuotoSrt": MizuotoSrt,
         },
         "NODE_DISPLAY_NAME_MAPPINGS": {spec.loader_node: spec.loader_title for spec in engines} | {
             "MizuotoSpeak": "Speak (Mizuoto)",
             "MizuotoRuntimeSettings": "Runtime Settings (Mizuoto)",
+            "MizuotoVoice": "Voice (Mizuoto)",
+            "MizuotoScript": "Script (Mizuoto)",
+            "MizuotoSrt": "Speak Subtitles (SRT) (Mizuoto)",
         },
     }
 
