@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from mizuoto.nodes.pack.caches import ByteCache, model_fingerprint, request_key
-from mizuoto.nodes.pack.pipeline import SpeakRequest
+from mizuoto.nodes.pack.caches import ByteCache, model_fingerprint
+from mizuoto.nodes.pack.pipeline import SpeakRequest, request_key
 
 
 def test_entries_are_private_copies_and_the_least_recent_goes_first():

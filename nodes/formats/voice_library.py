@@ -40,7 +40,7 @@ META_FIELDS = {"speaker": str, "instruction": str, "language": str, "note": str}
 _NAME_FORBIDDEN = re.compile(r"[/\\:\[\]\n\r\t\x00<>\"|?*]")
 
 
-class VoiceNotFound(FileNotFoundError):
+class VoiceNotFound(ValueError):
     """A voice name that names no voice folder in the library."""
 
 
@@ -141,7 +141,7 @@ def fingerprint(name: str) -> str:
     """The voice's files by size and modification time (ComfyUI's IS_CHANGED: edits re-run the node)."""
     try:
         folder = find(name)
-    except (VoiceNotFound, ValueError):
+    except ValueError:
         return f"missing:{name}"
     rows = []
     for file in (AUDIO, TRANSCRIPT, META):

@@ -1,6 +1,6 @@
 """What the pack keeps between requests: what engines derived from a voice, and finished segments' audio.
 
-    key = request_key(model, request, with_text=False)     # the voice and every setting, not the text or seed
+    key = request_key(model, request, with_text=False)     # pipeline.py: the voice and settings, not the text
     prompts = runtime.prompts.get(key)                     # a private copy, or None
     ...
     runtime.prompts.put(key, prompts)
@@ -22,13 +22,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from .pipeline import LoadedModel, SpeakRequest
 
 MAX_MODEL_FILES = 10_000        # a model folder's files read for its fingerprint (stat only)
 _LEAVES = (str, int, float, bool, bytes, type(None))
@@ -155,7 +152,7 @@ def tensor_digest(t: Tensor) -> str:
     return h.hexdigest()
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """`value` as JSON-able data for a key: tensors by digest, AUDIO dicts by their samples and rate."""
     if isinstance(value, Tensor):
         return {"tensor": tensor_digest(value)}
@@ -164,9 +161,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, _LEAVES):
         return value.hex() if isinstance(value, bytes) else value
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return repr(value)
 
 
@@ -189,15 +186,3 @@ def model_fingerprint(folder: Path | None) -> str:
         if len(rows) >= MAX_MODEL_FILES:
             break
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-
-
-def request_key(model: LoadedModel, req: SpeakRequest, *, with_text: bool) -> str:
-    """The model (and its files) and every input of `req`; without the text and seed (`with_text=False`)
-    it names what a voice prompt depends on: the same voice read with the same settings."""
-    parts = {"model": model.key, "files": model_fingerprint(model.request.folder), "speed": req.speed,
-             "language": req.language, "voice": req.voice, "reference": _plain(req.reference),
-             "reference_text": req.reference_text, "instruction": req.instruction,
-             "options": _plain(req.options), "settings": _plain(req.settings or {})}
-    if with_text:
-        parts |= {"text": req.text, "seed": req.seed}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -15,6 +15,8 @@ runtime service runs its upkeep; after an OOM failure it unloads idle models, as
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import numbers
@@ -29,7 +31,7 @@ from torch import Tensor
 
 from ...runtime.oom import is_oom
 from .audio import check_level, check_rate, check_samples, resample, to_channels, to_mono
-from .caches import request_key
+from .caches import model_fingerprint, plain
 from .engine import Capabilities, Chunk, Engine, Option, Reference
 from .segments import Segment, join_waves
 
@@ -238,6 +240,18 @@ def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], 
     if segment_key is not None:
         runtime.segments.put(segment_key, (wav, meta))
     return wav, {**meta, "cached": False}
+
+
+def request_key(model: LoadedModel, req: SpeakRequest, *, with_text: bool) -> str:
+    """The model (and its files) and every input of `req`; without the text and seed (`with_text=False`)
+    it names what a voice prompt depends on: the same voice read with the same settings."""
+    parts = {"model": model.key, "files": model_fingerprint(model.request.folder), "speed": req.speed,
+             "language": req.language, "voice": req.voice, "reference": plain(req.reference),
+             "reference_text": req.reference_text, "instruction": req.instruction,
+             "options": plain(req.options), "settings": plain(req.settings or {})}
+    if with_text:
+        parts |= {"text": req.text, "seed": req.seed}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 def _within(progress, i: int, count: int):
