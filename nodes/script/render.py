@@ -77,9 +77,9 @@ class Performance:
             if s.who == "pause":
                 rows.append(f"{s.index:4d} line {s.line}: pause {where}")
                 continue
-            how = "cached" if s.cached else f"voice prompt {s.voice_prompt}"
+            how = ", from the cache" if s.cached else "" if s.voice_prompt == "none" else f", voice prompt {s.voice_prompt}"
             text = s.text if len(s.text) <= 60 else s.text[:57] + "..."
-            rows.append(f"{s.index:4d} line {s.line}: {s.who} ({s.engine}, seed {s.seed}, {how}) {where}: {text}")
+            rows.append(f"{s.index:4d} line {s.line}: {s.who} ({s.engine}, seed {s.seed}{how}) {where}: {text}")
         return "\n".join([head, *rows])
 
 

@@ -128,7 +128,70 @@ SPEECH_NEXT_TO_IMAGE = {
     ],
 }
 
-WORKFLOWS = {"speak_and_preview": SPEAK_AND_PREVIEW, "speech_next_to_an_image_model": SPEECH_NEXT_TO_IMAGE}
+DIALOGUE = ("[Alice] Good morning! Did you see the lighthouse last night?\n"
+            "[Bob] I did. [pause:0.4s] The lamp was brighter than ever.\n"
+            "[narrator] They walked down to the harbour together.\n"
+            "[Alice][speed:1.15] Let's hurry, the boat leaves at nine!")
+SCRIPT_NOTE = ("A script: [Name] switches the speaker (the Voice nodes' names), [pause:0.5s] inserts silence, "
+               "[lang:de] or [de:Name] switch language, [seed:N] and [speed:X] set one line's options. "
+               "Line i uses seed + i; unchanged lines come from a cache when you run it again.\n\n"
+               "Here every voice is the embedded one (no download). Connect reference audio and its "
+               "transcript to a Voice node, and a cloning model (its own model input, or the Script's), "
+               "to give a character its own voice. save_to_library keeps a voice in models/TTS/voices/.")
+VOICE_NODE = {"library_voice": "(none)", "save_to_library": False, "transcript": "", "instruction": ""}
+
+SCRIPT_DIALOGUE = {
+    "nodes": [
+        {"key": "load", "type": "MizuotoLoadHibari", "pos": [40, 120], "size": [330, 90],
+         "values": {"precision": "fp32", "device": "auto"}},
+        {"key": "alice", "type": "MizuotoVoice", "pos": [40, 260], "size": [330, 260],
+         "values": {"name": "Alice", **VOICE_NODE, "speaker": "heart"}},
+        {"key": "bob", "type": "MizuotoVoice", "pos": [40, 560], "size": [330, 260],
+         "values": {"name": "Bob", **VOICE_NODE, "speaker": "heart"}},
+        {"key": "script", "type": "MizuotoScript", "pos": [420, 120], "size": [460, 460],
+         "values": {"script": DIALOGUE, "seed": 0, **FIXED, "speed": 1.0, "language": "en",
+                    "unknown_characters": "error"}},
+        {"key": "preview", "type": "PreviewAudio", "pos": [930, 120], "size": [320, 130]},
+        {"key": "report", "type": "PreviewAny", "pos": [930, 300], "size": [420, 280]},
+        {"key": "note", "type": "Note", "pos": [930, 620], "size": [420, 260], "values": {"text": SCRIPT_NOTE}},
+    ],
+    "links": [["load", 0, "script", "model"], ["alice", 0, "script", "voice_1"], ["bob", 0, "script", "voice_2"],
+              ["script", 0, "preview", "audio"], ["script", 1, "report", "source"]],
+}
+
+SUBTITLES = ("1\n00:00:00,500 --> 00:00:02,500\n[Alice] Welcome to the harbour.\n\n"
+             "2\n00:00:03,000 --> 00:00:04,000\n[Bob] This line is much too long for the one second it has.\n\n"
+             "3\n00:00:05,000 --> 00:00:07,500\nThe boat leaves at nine.\n")
+SRT_NOTE = ("Subtitles spoken on their timings. Each cue starts at its time; speech longer than its cue is "
+            "stretched (pitch kept) up to max_stretch, then handled by the fallback (pad_trim cuts it, overlap "
+            "lets it run on, shift moves what follows). The report lists every cue that was adjusted; "
+            "adjusted_srt has the times as spoken. Put .srt files in ComfyUI's input folder to pick them "
+            "with srt_file.")
+
+SRT_SUBTITLES = {
+    "nodes": [
+        {"key": "load", "type": "MizuotoLoadHibari", "pos": [40, 120], "size": [330, 90],
+         "values": {"precision": "fp32", "device": "auto"}},
+        {"key": "alice", "type": "MizuotoVoice", "pos": [40, 260], "size": [330, 260],
+         "values": {"name": "Alice", **VOICE_NODE, "speaker": "heart"}},
+        {"key": "bob", "type": "MizuotoVoice", "pos": [40, 560], "size": [330, 260],
+         "values": {"name": "Bob", **VOICE_NODE, "speaker": "heart"}},
+        {"key": "srt", "type": "MizuotoSrt", "pos": [420, 120], "size": [460, 600],
+         "values": {"srt": SUBTITLES, "srt_file": "(none)", "timing": "stretch", "max_stretch": 1.5,
+                    "fallback": "overlap", "overlapping_cues": "trim", "seed": 0, **FIXED, "speed": 1.0,
+                    "language": "en", "unknown_characters": "error"}},
+        {"key": "preview", "type": "PreviewAudio", "pos": [930, 120], "size": [320, 130]},
+        {"key": "adjusted", "type": "PreviewAny", "pos": [930, 300], "size": [420, 220]},
+        {"key": "report", "type": "PreviewAny", "pos": [930, 560], "size": [420, 280]},
+        {"key": "note", "type": "Note", "pos": [1400, 120], "size": [380, 300], "values": {"text": SRT_NOTE}},
+    ],
+    "links": [["load", 0, "srt", "model"], ["alice", 0, "srt", "voice_1"], ["bob", 0, "srt", "voice_2"],
+              ["srt", 0, "preview", "audio"], ["srt", 1, "adjusted", "source"], ["srt", 2, "report", "source"]],
+}
+
+WORKFLOWS = {"speak_and_preview": SPEAK_AND_PREVIEW, "speech_next_to_an_image_model": SPEECH_NEXT_TO_IMAGE,
+             "script_dialogue": SCRIPT_DIALOGUE, "srt_subtitles": SRT_SUBTITLES}
+API_FORMS = ("speak_and_preview", "script_dialogue", "srt_subtitles")   # posted by test_server.py
 # The audio file the hand-made voice-cloning workflows' LoadAudio nodes name; a short silent stand-in
 # is put in the server's input folder, so the UI draws it as an existing file.
 REFERENCE_AUDIO = "reference.wav"
@@ -313,7 +376,7 @@ def main() -> int:
             graph.pop("id", None)  # a fresh id per load; templates carry none
             graph.setdefault("extra", {}).pop("ds", None)  # the view is fitted on load
             (OUT / f"{name}.json").write_text(json.dumps(graph, indent=2, ensure_ascii=False) + "\n")
-            if name == "speak_and_preview":
+            if name in API_FORMS:
                 api = browser.evaluate("app.graphToPrompt().then((p) => p.output)")
                 (HERE / f"{name}.api.json").write_text(json.dumps(api, indent=2, ensure_ascii=False) + "\n")
             thumbnail(browser, graph, OUT / f"{name}.jpg")

@@ -52,6 +52,7 @@ MODEL = "hibari:hibari heart:float32:cpu"
 WORKFLOWS = sorted(p.stem for p in (REPO / "example_workflows").glob("*.json"))
 FRONTEND_ONLY = {"Note", "MarkdownNote", "Reroute", "PrimitiveNode"}  # node types with no /object_info entry
 API_PROMPT = json.loads((HERE / "speak_and_preview.api.json").read_text())
+SPEAKING = ("MizuotoSpeak", "MizuotoScript", "MizuotoSrt")   # the nodes that turn a model into AUDIO
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +155,48 @@ def test_speak_workflow_via_prompt_and_history(server):
     assert last["memory"]["streamed_mb"] > 0 and last["applied"] == {"oom_retries": 0, "fallbacks": []}, last
 
 
+def preview_text(entry: dict, node_id: str) -> str:
+    """What a PreviewAny node showed."""
+    (text,) = entry["outputs"][node_id]["text"]
+    return text
+
+
+def test_script_and_srt_workflows_speak_with_named_voices(server):
+    """The shipped Script and SRT templates (their frontend API forms) run to success: AUDIO from the
+    named voices, the per-segment report, the adjusted SRT; run again unchanged, every segment comes
+    from the segment cache (the Script node reruns: its report output feeds an output node)."""
+    script = json.loads((HERE / "script_dialogue.api.json").read_text())
+    entry = server.run_prompt(script)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:3000]
+    nodes = {v["class_type"]: k for k, v in script.items()}
+    seconds = check_audio_output(server, entry, nodes["PreviewAudio"])
+    report = preview_text(entry, nodes["PreviewAny"])
+    assert report.startswith("5 speech segments, 1 pauses") and "5 synthesised" in report, report
+    assert "Alice (hibari, seed 0" in report and "Bob (hibari, seed 1" in report and "narrator (hibari" in report
+    print(f"script_dialogue: {seconds:.2f} s of audio\n{report}")
+    edited = json.loads(json.dumps(script))
+    script_node = nodes["MizuotoScript"]
+    edited[script_node]["inputs"]["script"] = script[script_node]["inputs"]["script"].replace("nine", "ten")
+    entry = server.run_prompt(edited)
+    assert entry["status"]["status_str"] == "success"
+    again = preview_text(entry, nodes["PreviewAny"])
+    assert "1 synthesised, 4 from the segment cache" in again, again
+
+    srt = json.loads((HERE / "srt_subtitles.api.json").read_text())
+    entry = server.run_prompt(srt)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"], indent=1)[:3000]
+    audio_node = next(k for k, v in srt.items() if v["class_type"] == "PreviewAudio")
+    seconds = check_audio_output(server, entry, audio_node)
+    assert seconds >= 7.5, seconds                                 # the last cue ends at 7.5 s
+    srt_node = next(k for k, v in srt.items() if v["class_type"] == "MizuotoSrt")
+    shown = {srt[k]["inputs"]["source"][1]: preview_text(entry, k) for k, v in srt.items()
+             if v["class_type"] == "PreviewAny" and srt[k]["inputs"]["source"][0] == srt_node}
+    adjusted, report = shown[1], shown[2]
+    assert adjusted.startswith("1\n00:00:00,500 --> ") and "[Bob] This line is much too long" in adjusted
+    assert "cues adjusted" in report and "cue 2 00:00:03,000 --> 00:00:04,000" in report, report
+    print(f"srt_subtitles: {seconds:.2f} s of audio\n{report}")
+
+
 def test_free_unloads_our_model(server):
     if component(runtime(server)) is None or component(runtime(server))["loaded_mb"] == 0:
         server.run_prompt(API_PROMPT)
@@ -194,7 +237,8 @@ def link_problems(graph: dict) -> list[str]:
 
 
 def test_workflow_templates_list_our_examples(server):
-    assert {"speak_and_preview", "speech_next_to_an_image_model"} <= set(WORKFLOWS), WORKFLOWS
+    assert {"speak_and_preview", "speech_next_to_an_image_model", "script_dialogue", "srt_subtitles"} <= \
+        set(WORKFLOWS), WORKFLOWS
     templates = server.get("/api/workflow_templates")
     assert sorted(templates.get(server.pack_dir_name, [])) == WORKFLOWS, templates
     info = server.get("/object_info")
@@ -210,7 +254,7 @@ def test_workflow_templates_list_our_examples(server):
         unknown = {n["type"] for n in graph["nodes"]} - set(info) - FRONTEND_ONLY
         assert not unknown, f"{name}: node types not in /object_info: {unknown}"
         assert not link_problems(graph), (name, link_problems(graph))
-        # a Mizuoto loader -> MizuotoSpeak (model) -> an audio output node (audio)
+        # a Mizuoto loader -> a speaking node (model) -> an audio output node (audio)
         linked = {(nodes[src]["type"], nodes[dst]["type"], nodes[dst]["inputs"][slot]["name"])
                   for _, src, _, dst, slot, _ in graph["links"]}
         loaders = [n for n in graph["nodes"] if n["type"].startswith("MizuotoLoad")]
@@ -218,7 +262,7 @@ def test_workflow_templates_list_our_examples(server):
         for loader in loaders:
             spec = info[loader["type"]]
             assert spec["output"] == ["MIZUOTO_TTS"] and spec["python_module"] == f"custom_nodes.{server.pack_dir_name}"
-            assert (loader["type"], "MizuotoSpeak", "model") in linked, (name, linked)
+            assert any((loader["type"], node, "model") in linked for node in SPEAKING), (name, linked)
             # every loader input is a combo: its value must be one of the choices (e.g. a known model)
             required = spec["input"]["required"]
             assert len(loader["widgets_values"]) == len(required), (name, loader["widgets_values"])
@@ -236,9 +280,9 @@ def test_workflow_templates_list_our_examples(server):
                 picker = not choices or any(k.endswith("_upload") for k in (options or {}))
                 if isinstance(choices, list) and not picker:
                     assert value in choices, (name, node["type"], input_name, value)
-        assert any(n["type"] == "MizuotoSpeak" for n in graph["nodes"]), f"{name}: no MizuotoSpeak"
-        assert any(src == "MizuotoSpeak" and dst in audio_outputs and inp == "audio" for src, dst, inp in linked), \
-            f"{name}: MizuotoSpeak feeds no audio output node ({linked})"
+        assert any(n["type"] in SPEAKING for n in graph["nodes"]), f"{name}: no node of {SPEAKING}"
+        assert any(src in SPEAKING and dst in audio_outputs and inp == "audio" for src, dst, inp in linked), \
+            f"{name}: no speaking node feeds an audio output node ({linked})"
         thumb = server.get(base + ".jpg")
         assert thumb[:3] == b"\xff\xd8\xff", f"{name}.jpg is not a JPEG"
     pack = urllib.parse.quote(server.pack_dir_name)
