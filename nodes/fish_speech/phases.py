@@ -17,6 +17,7 @@ The S1 emotion and tone markers, "(excited)", "(whispering)", are plain text to 
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import torch
@@ -28,12 +29,15 @@ from ..blocks.decode import frames_estimate
 from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
 from ..pack.segments import Segment
 from ..blocks.transformer import kv_position_bytes
-from .generate import S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
+from .generate import SPEAKER_TAG, S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
 from .loader import FishBundle
 
 # The languages S1 was trained on; the model reads the language from the text itself (no language input).
 LANGUAGES = ("auto", "en", "zh", "ja", "ko", "fr", "de", "ar", "es", "ru", "nl", "it", "pl", "pt")
 
+# S2's generate_long puts at most 5 speakers' turns in one batch (group_turns_into_batches): a native
+# dialogue of one request stays within what upstream reads at once
+MAX_SPEAKERS = 5
 FRAMES_PER_TEXT_TOKEN = 12   # ~21.5 frames/s; BPE text runs 2-4 tokens/s of speech, the estimate leaves room
 MB = 1 << 20
 
@@ -135,17 +139,29 @@ class FishSpeechEngine(Engine):
         (those later batches see the earlier ones' codes: not reproduced, the text stays one segment)."""
         return [text]
 
+    def voice(self, ctx: RequestContext, chunk: Chunk) -> tuple[str | None, Tensor | None]:
+        """The reference transcript and codes the prompt holds. A native dialogue's speakers, as S2's
+        generate_long takes several references: each transcript tagged `<|speaker:i|>` unless it has a
+        tag, joined by newlines; each reference encoded alone, the codes concatenated in time."""
+        if chunk.speakers:
+            for i, (reference, _) in enumerate(chunk.speakers):
+                if ("reference_codes", i) not in chunk.prompts:
+                    chunk.prompts[("reference_codes", i)] = self.reference_codes(ctx, reference.wav)
+            texts = [t if SPEAKER_TAG.search(t) else f"<|speaker:{i}|>{t}" for i, (_, t) in enumerate(chunk.speakers)]
+            codes = [chunk.prompts[("reference_codes", i)] for i in range(len(chunk.speakers))]
+            return "\n".join(texts), torch.cat(codes, dim=1)
+        if chunk.reference is None:
+            return chunk.reference_text, None
+        if "reference_codes" not in chunk.prompts:
+            chunk.prompts["reference_codes"] = self.reference_codes(ctx, chunk.reference.wav)
+        return chunk.reference_text, chunk.prompts["reference_codes"]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         s = self.sampling(**{k: v for k, v in chunk.options.items() if v is not None})
         s.validate()
-        ref_codes = None
-        if chunk.reference is not None:
-            if "reference_codes" not in chunk.prompts:
-                chunk.prompts["reference_codes"] = self.reference_codes(ctx, chunk.reference.wav)
-            ref_codes = chunk.prompts["reference_codes"]
+        ref_text, ref_codes = self.voice(ctx, chunk)
         tok = self.bundle.tokenizer
-        prompt = self.prompt_builder(tok, chunk.text, self.bundle.config.num_codebooks, chunk.reference_text,
-                                     ref_codes)
+        prompt = self.prompt_builder(tok, chunk.text, self.bundle.config.num_codebooks, ref_text, ref_codes)
         codes = self.codes(ctx, prompt, len(tok.encode(chunk.text)), s, chunk.progress)
         if codes.shape[1] == 0:
             return torch.zeros(0)
@@ -163,5 +179,7 @@ class FishS2Engine(FishSpeechEngine):
         "top_k": Option(int, S2Sampling.top_k, 1, 1 << 20),     # past the vocabulary: no filter, no more work
         "max_new_tokens": Option(int, S2Sampling.max_new_tokens, 2, 16384),
         "do_sample": Option(bool, S2Sampling.do_sample)}
+    capabilities = dataclasses.replace(FishSpeechEngine.capabilities, dialogue_speakers=MAX_SPEAKERS,
+                                       dialogue_turn="<|speaker:{n}|>{text}")
     sampling = S2Sampling
     prompt_builder = staticmethod(build_chat_prompt)

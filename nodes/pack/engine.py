@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -39,6 +40,7 @@ from .text import split_sentences
 
 Need = Literal["none", "optional", "required"]
 TRANSCRIPT_CHARS_PER_SECOND = 40    # twice fast speech: the most a reference of n seconds can say
+_FIELDS = re.compile(r"\{[a-z]+\}")
 OPTION_KINDS = (int, float, bool, str, dict)
 
 
@@ -146,6 +148,10 @@ class Capabilities:
     reference_seconds: tuple[float, float] = (0.5, 60.0)  # accepted reference length
     reference_rate: int | None = None           # rate the reference is resampled to before the engine sees it
     resampler: str = "soxr_hq"                  # how (audio.resample): what the engine's upstream uses
+    # Native multi-speaker dialogue: at most `dialogue_speakers` voices in one request (SpeakRequest.speakers),
+    # the text one turn per line written as `dialogue_turn` ("{n}": the speaker's index, "{text}": the line)
+    dialogue_speakers: int = 0
+    dialogue_turn: str = ""
 
     @property
     def max_transcript_chars(self) -> int:
@@ -157,6 +163,9 @@ class Capabilities:
         for name in ("cloning", "transcript"):
             if getattr(self, name) not in ("none", "optional", "required"):
                 raise ValueError(f"Capabilities.{name}: expected none, optional or required")
+        if bool(self.dialogue_speakers) != bool(self.dialogue_turn) or \
+                (self.dialogue_turn and not {"{n}", "{text}"} <= set(_FIELDS.findall(self.dialogue_turn))):
+            raise ValueError("Capabilities: dialogue_speakers > 0 needs dialogue_turn naming {n} and {text}")
         lo, hi = self.speed
         if not 0 < lo <= 1.0 <= hi:
             raise ValueError(f"Capabilities.speed: expected 0 < low <= 1 <= high, got {self.speed}")
@@ -202,6 +211,7 @@ class Chunk:
     prompts: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[int, int], None] | None = None       # (done, total) within this chunk
     tokens: tuple[str, ...] | None = None       # upstream's tokens of this segment (Segment.tokens), if any
+    speakers: tuple[tuple[Reference, str], ...] = ()   # a native dialogue's voices: (reference, transcript) per index
     segmented: bool = False                     # text is a split_text segment, in the form upstream reads it
 
 

@@ -91,6 +91,8 @@ class SpeakRequest:
     instruction: str | None = None
     settings: dict[str, Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # a native dialogue (Capabilities.dialogue_speakers): (reference audio, transcript) of speaker 0, 1, ...
+    speakers: tuple[tuple[Any, str], ...] = ()
 
 
 def check_seed(seed: object) -> int:
@@ -163,7 +165,40 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, Opti
         raise ValueError(f"reference_text: {len(req.reference_text)} characters; expected at most "
                          f"{caps.max_transcript_chars} (what a reference of at most {caps.reference_seconds[1]:g} s "
                          "says) for this model")
+    check_speakers(caps, req)
     return check_options(options, req.options)
+
+
+def check_speakers(caps: Capabilities, req: SpeakRequest) -> None:
+    if not req.speakers:
+        return
+    if not caps.dialogue_speakers:
+        raise ValueError("speakers: this model reads no native multi-speaker dialogue; speak the lines one by one")
+    if not isinstance(req.speakers, (list, tuple)) or len(req.speakers) > caps.dialogue_speakers:
+        raise ValueError(f"speakers: expected at most {caps.dialogue_speakers} (reference audio, transcript) "
+                         f"pairs for this model, got {len(req.speakers) if isinstance(req.speakers, (list, tuple)) else req.speakers!r}")
+    if req.reference is not None:
+        raise ValueError("reference_audio: a native dialogue takes its voices from speakers; leave it unconnected")
+    for i, pair in enumerate(req.speakers):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[1], str):
+            raise ValueError(f"speakers[{i}]: expected (reference audio, transcript)")
+        _check_unicode(f"speakers[{i}] transcript", pair[1])
+        if caps.transcript == "required" and not pair[1].strip():
+            raise ValueError(f"speakers[{i}]: this model needs the transcript of each speaker's reference audio")
+        if len(pair[1]) > caps.max_transcript_chars:
+            raise ValueError(f"speakers[{i}]: transcript of {len(pair[1])} characters; expected at most "
+                             f"{caps.max_transcript_chars}")
+
+
+def dialogue_references(req: SpeakRequest, caps: Capabilities) -> tuple[tuple[Reference, str], ...]:
+    """Each speaker's reference checked and resampled as a single reference is."""
+    out = []
+    for i, (audio, transcript) in enumerate(req.speakers):
+        try:
+            out.append((reference_audio(audio, caps), transcript))
+        except ValueError as e:
+            raise ValueError(f"speakers[{i}] {e}") from None
+    return tuple(out)
 
 
 def check_options(declared: dict[str, Option], given: object) -> dict[str, Any]:
@@ -218,7 +253,7 @@ def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], 
         if hit is not None:
             wav, meta = hit
             return wav, {**meta, "cached": True}
-    prompt_key = request_key(model, req, with_text=False) if req.reference is not None else None
+    prompt_key = request_key(model, req, with_text=False) if req.reference is not None or req.speakers else None
     prompts = runtime.prompts.get(prompt_key) if prompt_key is not None else None
     fresh = prompts is None
     prompts = {} if prompts is None else prompts
@@ -248,7 +283,7 @@ def request_key(model: LoadedModel, req: SpeakRequest, *, with_text: bool) -> st
     parts = {"model": model.key, "files": model_fingerprint(model.request.folder), "speed": req.speed,
              "language": req.language, "voice": req.voice, "reference": plain(req.reference),
              "reference_text": req.reference_text, "instruction": req.instruction,
-             "options": plain(req.options), "settings": plain(req.settings or {})}
+             "options": plain(req.options), "settings": plain(req.settings or {}), "speakers": plain(req.speakers)}
     if with_text:
         parts |= {"text": req.text, "seed": req.seed}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -269,6 +304,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     caps = engine.capabilities
     options = check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
+    speakers = dialogue_references(req, caps)
     pieces = engine.split_text(req.text, reference, req.reference_text or None, req.language,
                                float(req.speed))
     segments = [s if isinstance(s, Segment) else Segment(s) for s in pieces]
@@ -290,7 +326,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                           voice=req.voice or None, reference=reference,
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
                           speed=float(req.speed), options=dict(options), cache=cache,
-                          prompts=prompts,
+                          prompts=prompts, speakers=speakers,
                           progress=_within(progress, i, len(texts)))
             if i == 0 or not engine.ONE_STREAM:
                 ctx.generator.manual_seed(chunk.seed)

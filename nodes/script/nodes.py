@@ -12,7 +12,7 @@ from ..pack.pipeline import MAX_SEED, LoadedModel
 from ..pack.speak import CATEGORY, languages, progress_bar
 from ..pack.voice import Voice, cast
 from .parse import ScriptError, Segment, assign_seeds, parse_script
-from .render import perform, perform_each, plan
+from .render import dialogue, perform, perform_each, plan
 from .srt import format_srt, parse_srt
 from .timeline import FALLBACKS, POLICIES, place_cues
 
@@ -64,6 +64,10 @@ class _Cast:
     def plan(self, segments: list[Segment], language: str, speed: float):
         return plan(segments, self.voices, self.model, language=language, speed=speed, settings=self.settings)
 
+    def dialogue(self, segments: list[Segment], seed: int, language: str, speed: float):
+        return [dialogue(segments, self.voices, self.model, seed=seed, language=language, speed=speed,
+                         settings=self.settings)]
+
 
 def _audio(waveform, rate: int) -> dict[str, Any]:
     return {"waveform": waveform.reshape(1, *waveform.shape[-2:]) if waveform.dim() > 1 else
@@ -84,18 +88,22 @@ class MizuotoScript:
     @classmethod
     def INPUT_TYPES(cls):
         common = common_inputs()
+        native = ("BOOLEAN", {"default": False, "tooltip": "one multi-speaker request for a model that reads "
+                                                             "dialogues natively (Fish Speech S2)"})
         return {"required": {"model": common.pop("model"),
                              "script": ("STRING", {"multiline": True, "default": EXAMPLE}), **common},
-                "optional": voice_inputs(), "hidden": {"unique_id": "UNIQUE_ID"}}
+                "optional": {**voice_inputs(), "native_dialogue": native}, "hidden": {"unique_id": "UNIQUE_ID"}}
 
     def speak(self, model, script: str, seed: int, speed: float, language: str, unknown_characters: str,
-              narrator: Voice | None = None, settings: dict | None = None, unique_id=None,
-              **voices: Any) -> tuple[dict[str, Any], str]:
+              narrator: Voice | None = None, settings: dict | None = None, native_dialogue: bool = False,
+              unique_id=None, **voices: Any) -> tuple[dict[str, Any], str]:
         team = _Cast(model, narrator, settings, voices)
-        segments = assign_seeds(team.parse(script, unknown_characters), seed)
+        segments = team.parse(script, unknown_characters)
         if not segments:
             raise ValueError("script: nothing to speak; expected text, optionally with [Name] and [pause:..] tags")
-        performance = perform(team.plan(segments, language, speed), progress=progress_bar(unique_id))
+        steps = team.dialogue(segments, seed, language, speed) if native_dialogue else \
+            team.plan(assign_seeds(segments, seed), language, speed)
+        performance = perform(steps, progress=progress_bar(unique_id))
         return _audio(performance.audio, performance.sample_rate), performance.report_text()
 
 

@@ -186,3 +186,55 @@ def perform_each(groups: Sequence[Sequence[Step]], *, reuse: bool = True,
         tracks.append(performance.audio[0])
         performances.append(performance)
     return tracks, rate, performances
+
+
+def dialogue(segments: Sequence[Segment], cast: Mapping[str | None, Voice], model: LoadedModel | None, *,
+             seed: int = 0, language: str = "auto", speed: float = 1.0,
+             settings: dict | None = None) -> Step:
+    """The whole script as one native multi-speaker request (Capabilities.dialogue_speakers): each voice a
+    speaker index in order of first appearance, each segment a turn in the engine's `dialogue_turn` form.
+    What a native dialogue cannot hold (pauses, per-line seeds, speeds or languages, voices on other
+    models or without reference audio) is an error naming the line."""
+    speakers: dict[str | None, int] = {}
+    voices: list[Voice] = []
+    turns: list[tuple[int, str]] = []
+    owner = None
+    for segment in segments:
+        if isinstance(segment, Pause):
+            raise ValueError(f"script line {segment.line}: a native dialogue has no [pause:...]; turn "
+                             "native_dialogue off to speak the lines one by one")
+        for tag, value in (("seed", segment.seed), ("speed", segment.speed), ("lang", segment.language)):
+            if value is not None:
+                raise ValueError(f"script line {segment.line}: a native dialogue is one request: [{tag}:...] cannot "
+                                 "change one line; turn native_dialogue off, or set it on the node")
+        who = segment.character
+        voice = cast.get(who)
+        name = who or NARRATOR_NAME
+        if voice is None or voice.audio is None:
+            raise ValueError(f"script line {segment.line}: {name} has no reference audio; a native dialogue "
+                             "clones every speaker (connect a Voice node with audio for each)")
+        speaker_model = voice.model or model
+        if owner is None:
+            owner = speaker_model
+        elif speaker_model is None or speaker_model.key != owner.key:
+            raise ValueError(f"script line {segment.line}: {name} speaks on another model; a native dialogue has "
+                             "one model for every voice")
+        if who not in speakers:
+            speakers[who] = len(voices)
+            voices.append(voice)
+        turns.append((speakers[who], segment.text))
+    if owner is None:
+        raise ValueError("script: nothing to speak")
+    with owner.using() as engine:
+        caps = engine.capabilities
+    if not caps.dialogue_speakers:
+        raise ValueError(f"native_dialogue: {owner.spec.display_name} ({owner.name}) reads no multi-speaker "
+                         "dialogue; turn native_dialogue off")
+    if len(voices) > caps.dialogue_speakers:
+        raise ValueError(f"native_dialogue: {len(voices)} speakers; {owner.spec.display_name} reads at most "
+                         f"{caps.dialogue_speakers} in one dialogue")
+    text = "\n".join(caps.dialogue_turn.format(n=n, text=line) for n, line in turns)
+    pairs = tuple(({"waveform": v.audio[None], "sample_rate": v.sample_rate}, v.transcript) for v in voices)
+    request = SpeakRequest(text, seed=seed, speed=speed, language=language, settings=settings, speakers=pairs)
+    shown = Speech(text, character=f"dialogue of {len(voices)} speakers", seed=seed, line=segments[0].line)
+    return Step(shown, owner, request)

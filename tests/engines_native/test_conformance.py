@@ -146,6 +146,8 @@ def undeclared(caps, request: SpeakRequest) -> list[tuple[dict, str]]:
         cases.append((dict(reference_text="hello"), "reference_text"))
     if caps.voice_required:
         cases.append((dict(voice=None), "voice"))
+    if not caps.dialogue_speakers:
+        cases.append((dict(speakers=((reference, "hello"),)), "speakers"))
     cases.append((dict(options={"no_such_option": 1}), "options"))
     return cases
 
