@@ -21,6 +21,7 @@ import logging
 import math
 import numbers
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from ...runtime.oom import is_oom
 from .audio import check_level, check_rate, check_samples, resample, to_channels, to_mono
 from .caches import model_fingerprint, plain
 from .engine import Capabilities, Chunk, Engine, Option, Reference
-from .segments import Segment, join_waves
+from .segments import Pieces, Segment, join_waves
 
 log = logging.getLogger("mizuoto")
 
@@ -239,19 +240,22 @@ def reference_audio(audio: Any, caps: Capabilities) -> Reference:
 
 
 def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], None] | None = None,
-          cancel: threading.Event | None = None, reuse: bool = False) -> tuple[Tensor, dict[str, Any]]:
+          cancel: threading.Event | None = None, reuse: bool = False,
+          on_audio: Callable[[Tensor, int], None] | None = None) -> tuple[Tensor, dict[str, Any]]:
     """Speech for `req` with `model`: (mono float32 waveform [T] on the CPU, the request's meta).
 
     What the engine derives from a reference voice is kept in the runtime's prompt cache and reused by
     later requests with the same voice and settings (`Chunk.prompts`). `reuse=True` (scripts) also
     returns the audio of an identical earlier request (same model files, inputs and seed) from the
-    segment cache without running the model; meta["cached"] says so."""
+    segment cache without running the model; meta["cached"] says so. `on_audio`: see `synthesize`."""
     runtime = model.runtime
     segment_key = request_key(model, req, with_text=True) if reuse else None
     if segment_key is not None:
         hit = runtime.segments.get(segment_key)
         if hit is not None:
             wav, meta = hit
+            if on_audio is not None:
+                on_audio(wav, meta["sample_rate"])
             return wav, {**meta, "cached": True}
     prompt_key = request_key(model, req, with_text=False) if req.reference is not None or req.speakers else None
     prompts = runtime.prompts.get(prompt_key) if prompt_key is not None else None
@@ -260,7 +264,7 @@ def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], 
     service = runtime.service
     try:
         with model.using() as engine:
-            wav, meta = synthesize(engine, req, progress, cancel, prompts=prompts)
+            wav, meta = synthesize(engine, req, progress, cancel, prompts=prompts, on_audio=on_audio)
     except Exception as e:
         if is_oom(e):
             service.release_after_oom()  # what ComfyUI does after an OOM, for our models
@@ -297,10 +301,13 @@ def _within(progress, i: int, count: int):
 
 
 def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int], None] | None = None,
-               cancel: threading.Event | None = None,
-               prompts: dict[str, Any] | None = None) -> tuple[Tensor, dict[str, Any]]:
+               cancel: threading.Event | None = None, prompts: dict[str, Any] | None = None,
+               on_audio: Callable[[Tensor, int], None] | None = None) -> tuple[Tensor, dict[str, Any]]:
     """The pipeline on an engine already loaded (no service: tests, benchmarks); see `speak`. `prompts`:
-    what the engine derived from this voice before (filled in by this request when empty)."""
+    what the engine derived from this voice before (filled in by this request when empty). `on_audio`
+    receives (samples, sample rate) as they become final, after each segment: their concatenation is
+    the returned waveform exactly (a segment retried after an OOM hands over nothing twice)."""
+    started = time.perf_counter()
     caps = engine.capabilities
     options = check_request(caps, req, engine.options)
     reference = reference_audio(req.reference, caps) if req.reference is not None else None
@@ -318,6 +325,10 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     cache: dict[str, Any] = {}
     prompts = {} if prompts is None else prompts
     out = []
+    # an engine whose finish() post-processes the joined audio of several segments hands it over at the end
+    holds = len(texts) > 1 and type(engine).finish is not Engine.finish
+    stream = Pieces(engine.join, caps.sample_rate, hold_all=holds) if on_audio is not None else None
+    first_audio: float | None = None
     with engine.manager.request(seed=seed % SEED_MODULUS, cancel=cancel, settings=req.settings) as ctx:
         for i, text in enumerate(texts):
             ctx.check_cancelled()
@@ -335,7 +346,21 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                 raise FloatingPointError(f"{engine.name}: chunk {i + 1} of {len(texts)} produced NaN or infinite "
                                          "samples (corrupt weights, or a precision too low for this model)")
             out.append(wav.reshape(-1).float().cpu())
+            if stream is not None:
+                piece = stream.add(out[-1])
+                if piece.numel():
+                    first_audio = first_audio if first_audio is not None else time.perf_counter() - started
+                    on_audio(piece, caps.sample_rate)
+            elif first_audio is None and not holds:
+                first_audio = time.perf_counter() - started
             if progress is not None:
                 progress(i + 1, len(texts))
     wav = engine.finish(join_waves(out, engine.join, caps.sample_rate), chunk)
-    return wav, {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate, "warnings": warnings}
+    if stream is not None and stream.rest(wav).numel():
+        on_audio(stream.rest(wav), caps.sample_rate)
+    elapsed = time.perf_counter() - started
+    timing = {"first_audio_s": round(first_audio if first_audio is not None else elapsed, 4),
+              "total_s": round(elapsed, 4),
+              "realtime_factor": round(wav.numel() / caps.sample_rate / elapsed, 3) if elapsed > 0 else None}
+    return wav, {**ctx.meta, "chunks": len(texts), "sample_rate": caps.sample_rate, "warnings": warnings,
+                 "timing": timing}

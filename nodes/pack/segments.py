@@ -86,3 +86,38 @@ def _crossfade(waves: Sequence[Tensor], samples: int) -> Tensor:
         mixed = out[-n:] * torch.from_numpy(np.linspace(1, 0, n)) + nxt[:n] * torch.from_numpy(np.linspace(0, 1, n))
         out = torch.cat([out[:-n], mixed, nxt[n:]])
     return out.float()
+
+
+class Pieces:
+    """A request's joined audio handed over as it becomes final: after each segment, the samples no later
+    join can change (a fade or cross-fade still reaches the last `fade_ms` / `crossfade_s` of what is
+    joined so far). `hold_all`: an engine that post-processes the joined audio as a whole (`Engine.finish`)
+    hands everything over at the end. The pieces concatenated are the request's audio exactly."""
+
+    def __init__(self, join: Join, sample_rate: int, hold_all: bool = False) -> None:
+        self.join = join
+        self.sample_rate = sample_rate
+        self.hold_all = hold_all
+        self.waves: list[Tensor] = []
+        self.sent = 0
+
+    @property
+    def tail(self) -> int:
+        if self.join.crossfade_s > 0:
+            return int(self.join.crossfade_s * self.sample_rate)
+        return int(self.sample_rate * self.join.fade_ms / 1000.0)
+
+    def add(self, wav: Tensor) -> Tensor:
+        """The samples made final by one more segment's waveform (possibly none)."""
+        self.waves.append(wav)
+        if self.hold_all:
+            return torch.zeros(0)
+        joined = join_waves(self.waves, self.join, self.sample_rate)
+        final = joined.numel() - min(self.tail, joined.numel())
+        piece = joined[self.sent:final]
+        self.sent = max(self.sent, final)
+        return piece
+
+    def rest(self, wav: Tensor) -> Tensor:
+        """What of the request's final audio `wav` was not handed over yet."""
+        return wav[self.sent:]

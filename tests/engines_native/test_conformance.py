@@ -126,6 +126,33 @@ def test_a_voice_prompt_from_the_cache_gives_the_audio_of_a_fresh_one(engine_cas
     assert set(kept) == set(first), f"{spec.engine_id}: the engine derived more than it kept the first time"
 
 
+def test_audio_handed_over_as_it_is_made_concatenates_to_the_request_audio(engine_case):
+    """`on_audio` pieces, on the strict device with every unit streamed and with an OOM injected at the
+    last allocation of the last phase (its retry hands nothing over twice), concatenate to audio
+    torch.equal to the plain run; with a text of several segments too, where the engine cuts one."""
+    spec, case, load, plain, sizes = engine_case
+    engine, devices = build(spec, load, 4 * sum(s for s, _ in sizes) + 256 * MB, mode="none")
+    got: list[torch.Tensor] = []
+    wav, meta = synthesize(engine, case.request, on_audio=lambda piece, rate: got.append(piece))
+    assert torch.equal(wav, plain) and torch.equal(torch.cat(got), plain), f"{spec.engine_id}: pieces differ"
+    assert 0 < meta["timing"]["first_audio_s"] <= meta["timing"]["total_s"]
+    with FaultInjector(devices.memory("cpu")) as faults:
+        start = faults.count
+        synthesize(engine, case.request)
+        last = list(faults.points(start, faults.count).values())[-1]
+        faults.fail = {faults.count + last["last"]}
+        got.clear()
+        wav, meta = synthesize(engine, case.request, on_audio=lambda piece, rate: got.append(piece))
+    assert meta["applied"]["oom_retries"] >= 1 and torch.equal(torch.cat(got), plain)
+    longer = dataclasses.replace(case.request, text=f"{case.request.text} {case.request.text}")
+    got.clear()
+    try:
+        wav, meta = synthesize(engine, longer, on_audio=lambda piece, rate: got.append(piece))
+    except ValueError:          # a tiny model's context cannot hold twice the text: the single case stands
+        return
+    assert torch.equal(torch.cat(got), wav), f"{spec.engine_id}: pieces of {meta['chunks']} segments differ"
+
+
 def undeclared(caps, request: SpeakRequest) -> list[tuple[dict, str]]:
     """Inputs outside the declaration, each with the input name its error must give."""
     reference = {"waveform": 0.1 * torch.randn(1, 1, 24000), "sample_rate": 24000}
