@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 MB = 1 << 20
@@ -256,9 +257,13 @@ def speak(args: argparse.Namespace) -> int:
     from .runtime import SettingsError, VramPolicy
     from .runtime.oom import is_oom
 
+    to_stdout = args.output == "-"
+    if to_stdout and not args.stream:
+        raise UsageError("-o -: standard output takes the audio as it is made; add --stream")
     out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir) or os.path.isdir(args.output):
+    if not to_stdout and (not os.path.isdir(out_dir) or os.path.isdir(args.output)):
         raise UsageError(f"-o {args.output}: expected a file path in an existing folder")
+    report = sys.stderr if to_stdout else sys.stdout     # standard output is the audio then
     spec, folder, dtype, settings, request = _request(args)
     if args.simulate_vram_mb is not None:
         settings["compute.simulate_vram_mb"] = args.simulate_vram_mb
@@ -268,8 +273,16 @@ def speak(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     runtime = build_runtime(policy, strict=bool(policy.get("compute.simulate_vram_mb")))
     model = LoadedModel(spec, LoadRequest(args.model or spec.display_name, folder, dtype, runtime.device), runtime)
+    stream: list[WavStream] = []
+
+    def on_audio(piece, rate: int) -> None:       # the header needs the rate: opened with the first piece
+        if not stream:
+            stream.append(WavStream(args.output, rate))
+        stream[0].write(piece, rate)
+    ok = False
     try:
-        wav, meta = run(model, request)
+        wav, meta = run(model, request, on_audio=on_audio if args.stream else None)
+        ok = True
     except (ValueError, TypeError, OSError, FloatingPointError) as e:  # FloatingPointError: NaN audio, not written
         raise UsageError(cli_words(str(e))) from None
     except Exception as e:
@@ -277,13 +290,68 @@ def speak(args: argparse.Namespace) -> int:
             raise
         print(f"speak: out of memory: {e}", file=sys.stderr)
         return 1
+    finally:
+        if stream:
+            stream[0].close(ok)
     for warning in meta.get("warnings", []):
         print(f"speak: warning: {cli_words(warning)}", file=sys.stderr)
     rate = meta["sample_rate"]
-    write_wav(args.output, wav, rate)
-    print(f"wrote {args.output}: {wav.numel() / rate:.2f} s at {rate} Hz ({spec.display_name})")
-    print(json.dumps({"memory": meta["memory"], "applied": meta["applied"]}, indent=2))
+    if not args.stream:
+        write_wav(args.output, wav, rate)
+    where = "standard output" if to_stdout else args.output
+    print(f"wrote {where}: {wav.numel() / rate:.2f} s at {rate} Hz ({spec.display_name}); first audio after "
+          f"{meta['timing']['first_audio_s']:.2f} s of {meta['timing']['total_s']:.2f} s", file=report)
+    print(json.dumps({"memory": meta["memory"], "applied": meta["applied"], "timing": meta["timing"]}, indent=2),
+          file=report)
     return 0
+
+
+class WavStream:
+    """16-bit mono WAV written as the audio is made: a header whose sizes say "unknown" (0xFFFFFFFF, as
+    streaming players read it), PCM appended piece by piece, and for a seekable file the real sizes
+    written into the header at the end. `-` is standard output."""
+
+    UNKNOWN = 0xFFFFFFFF
+
+    def __init__(self, path: str, sample_rate: int) -> None:
+        self.path = path
+        self.stdout = path == "-"
+        self.file = sys.stdout.buffer if self.stdout else open(path, "wb")
+        self.rate = sample_rate
+        self.frames = 0
+        self.file.write(self.header(self.UNKNOWN))
+        self.file.flush()
+
+    def header(self, data_bytes: int) -> bytes:
+        import struct
+
+        riff = self.UNKNOWN if data_bytes == self.UNKNOWN else 36 + data_bytes
+        return b"RIFF" + struct.pack("<I", riff) + b"WAVEfmt " + struct.pack(
+            "<IHHIIHH", 16, 1, 1, self.rate, self.rate * 2, 2, 16) + b"data" + struct.pack("<I", data_bytes)
+
+    def write(self, wav, sample_rate: int) -> None:
+        import numpy as np
+
+        if sample_rate != self.rate:
+            raise ValueError(f"audio at {sample_rate} Hz in a {self.rate} Hz stream")
+        pcm = (np.clip(wav.numpy(), -1.0, 1.0) * 32767.0).round().astype("<i2")
+        self.file.write(pcm.tobytes())
+        self.file.flush()
+        self.frames += pcm.size
+
+    def close(self, ok: bool) -> None:
+        """Sizes into the header (a regular file); a failed run's partial file is removed."""
+        if self.stdout:
+            self.file.flush()
+            return
+        try:
+            if ok and self.file.seekable():
+                self.file.seek(0)
+                self.file.write(self.header(2 * self.frames))
+        finally:
+            self.file.close()
+            if not ok and os.path.isfile(self.path):
+                os.unlink(self.path)
 
 
 class ProgressBar:
@@ -422,7 +490,11 @@ def main(argv: list[str] | None = None) -> int:
     engines = engine_folders()
     p = sub.add_parser("speak", help="speak text into a WAV file (the embedded voice by default)")
     p.add_argument("text", nargs="?", help="the text to read (or --text-file)")
-    p.add_argument("-o", "--output", required=True, help="WAV file to write (16-bit mono)")
+    p.add_argument("-o", "--output", required=True, help="WAV file to write (16-bit mono); with --stream, "
+                                                           "'-' writes it to standard output")
+    p.add_argument("--stream", action="store_true",
+                   help="write the audio as it is made, segment by segment (the same samples); "
+                        "-o - streams to standard output, e.g. | aplay")
     _request_arguments(p, engines)
     p.add_argument("--simulate-vram-mb", type=int, help="run on a simulated GPU of this size (CPU)")
     p.set_defaults(func=speak)

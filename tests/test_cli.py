@@ -240,3 +240,24 @@ def test_an_incomplete_model_folder_names_what_it_lacks(tmp_path, capsys):
         code, err = speak_in_process(capsys, "Hi.", "-o", str(tmp_path / "o.wav"), "--engine", spec.engine_id,
                                      "--model", str(folder))
         assert code == 2 and f"not a complete {spec.display_name} model folder; missing {missing[0]}" in err[0], err
+
+
+def test_speak_stream_writes_the_same_wav_and_streams_to_standard_output(tmp_path):
+    """--stream writes the WAV as the audio is made: the finished file is byte-for-byte the plain run's;
+    -o - is a WAV stream on standard output (sizes unknown in the header, as players read it) holding the
+    same samples, with the report on standard error."""
+    from mizuoto.cli import main
+
+    text = "Streaming changes nothing. Every sample stays the same. A third sentence."
+    assert main(["speak", text, "-o", str(tmp_path / "plain.wav")]) == 0
+    assert main(["speak", text, "-o", str(tmp_path / "streamed.wav"), "--stream"]) == 0
+    plain = (tmp_path / "plain.wav").read_bytes()
+    assert (tmp_path / "streamed.wav").read_bytes() == plain
+    r = subprocess.run([sys.executable, "-m", "mizuoto", "speak", text, "-o", "-", "--stream"], capture_output=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout[:4] == b"RIFF" and r.stdout[4:8] == b"\xff\xff\xff\xff" and r.stdout[40:44] == b"\xff\xff\xff\xff"
+    assert r.stdout[44:] == plain[44:] and r.stdout[8:40] == plain[8:40]
+    assert b"wrote standard output" in r.stderr and b"first audio after" in r.stderr
+    r = run("speak", "Hi.", "-o", "-")
+    assert r.returncode == 2 and "add --stream" in r.stderr
