@@ -6,6 +6,7 @@ from typing import Any
 
 from ...runtime import SettingsError, VramPolicy
 from ...runtime.policy import json_object, parse_setting, setting_choices
+from .live import LiveAudio
 from .pipeline import MAX_SEED, LoadedModel, SpeakRequest, speak
 from .registry import discover
 
@@ -66,7 +67,10 @@ class MizuotoSpeak:
         request = SpeakRequest(text=text, seed=seed, speed=speed, language=language, voice=voice or None,
                                reference=reference_audio, reference_text=reference_text or None,
                                instruction=instruction or None, settings=settings)
-        wav, meta = speak(model, request, progress=progress_bar(unique_id))
+        live = LiveAudio.for_node(unique_id)        # the browser plays each segment as it is made
+        wav, meta = speak(model, request, progress=progress_bar(unique_id), on_audio=live)
+        if live is not None:
+            live.done()
         return ({"waveform": wav.reshape(1, 1, -1), "sample_rate": meta["sample_rate"]},)
 
 

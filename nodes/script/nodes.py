@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..pack.live import LiveAudio
 from ..pack.pipeline import MAX_SEED, LoadedModel
 from ..pack.speak import CATEGORY, languages, progress_bar
 from ..pack.voice import Voice, cast
@@ -103,7 +104,10 @@ class MizuotoScript:
             raise ValueError("script: nothing to speak; expected text, optionally with [Name] and [pause:..] tags")
         steps = team.dialogue(segments, seed, language, speed) if native_dialogue else \
             team.plan(assign_seeds(segments, seed), language, speed)
-        performance = perform(steps, progress=progress_bar(unique_id))
+        live = LiveAudio.for_node(unique_id)
+        performance = perform(steps, progress=progress_bar(unique_id), on_audio=live)
+        if live is not None:
+            live.done()
         return _audio(performance.audio, performance.sample_rate), performance.report_text()
 
 

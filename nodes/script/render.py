@@ -137,9 +137,11 @@ def check(steps: Sequence[Step]) -> int:
 
 
 def perform(steps: Sequence[Step], *, reuse: bool = True, progress: Callable[[int, int], None] | None = None,
-            cancel: threading.Event | None = None, rate: int | None = None) -> Performance:
+            cancel: threading.Event | None = None, rate: int | None = None,
+            on_audio: Callable[[Tensor, int], None] | None = None) -> Performance:
     """Check every step, then speak them in order into one mono track at the highest model rate
-    (`rate`: the steps were checked already, speak at this rate)."""
+    (`rate`: the steps were checked already, speak at this rate). `on_audio` gets each segment's audio
+    (and each pause) as it is done, at that rate: their concatenation is the track."""
     rate = check(steps) if rate is None else rate
     pieces: list[Tensor] = []
     spoken: list[Spoken] = []
@@ -160,6 +162,8 @@ def perform(steps: Sequence[Step], *, reuse: bool = True, progress: Callable[[in
                                  segment.seed, at, wav.numel(), step.model.spec.engine_id, meta["cached"],
                                  meta.get("voice_prompt", "none")))
         at += pieces[-1].numel()
+        if on_audio is not None:
+            on_audio(pieces[-1], rate)
         if progress is not None:
             progress(i + 1, len(steps))
     audio = torch.cat(pieces) if pieces else torch.zeros(0)

@@ -436,6 +436,42 @@ def test_panel_in_the_real_frontend(server):
     print(f"browser part: {time.monotonic() - started:.1f} s")
 
 
+LIVE_TEXT = "The panel refreshes after this run. Speech plays while it is made. This is the third sentence."
+
+
+def check_live_pieces(b: Browser, done: dict) -> None:
+    """The Speak node's pieces reached the page over the websocket before the prompt finished, in order,
+    and decode to exactly the audio of the same request run here (same text, seed, model: equal however
+    much the server streamed); the live chip counted them; the playback setting is registered."""
+    import base64
+
+    import numpy as np
+
+    from mizuoto.nodes.hibari import ENGINE
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+    from mizuoto.nodes.pack.registry import LoadRequest
+    from mizuoto.runtime import DeviceService, ModelManager
+
+    pieces = b.evaluate("window.__mz.pieces")
+    audio = [p for p in pieces if not p.get("done")]
+    assert len(audio) >= 3 and pieces[-1].get("done"), [(p["seq"], p.get("samples")) for p in pieces]
+    assert [p["seq"] for p in pieces] == list(range(len(pieces)))
+    assert audio[0]["at"] <= done["at"], "the first piece arrived after the prompt finished"
+    assert [p["start"] for p in audio] == list(np.cumsum([0] + [p["samples"] for p in audio[:-1]]))
+    live = torch.from_numpy(np.concatenate([np.frombuffer(base64.b64decode(p["pcm"]), "<f4") for p in audio]).copy())
+    engine = ENGINE.build(LoadRequest("hibari heart", None, torch.float32, torch.device("cpu")),
+                          ModelManager(DeviceService()))
+    plain, _ = synthesize(engine, SpeakRequest(LIVE_TEXT, seed=0, language="auto"))
+    assert torch.equal(live, plain), "the live pieces differ from the node's audio"
+    chip = b.wait_for("(() => { const c = document.querySelector('.mizuoto-live');"
+                      " return c && Number(c.dataset.pieces) > 0 && {pieces: Number(c.dataset.pieces),"
+                      " seconds: Number(c.dataset.seconds)}; })()", timeout=10)
+    assert chip["pieces"] == len(audio) and abs(chip["seconds"] - plain.numel() / 24000) < 1e-3, chip
+    assert b.evaluate("app.extensionManager.setting.get('Mizuoto.LivePlayback')") is True
+    print(f"live pieces: {len(audio)}, first after {audio[0]['at'] - pieces[0]['at']} ms of the first event, "
+          f"{done['at'] - audio[0]['at']} ms before the prompt finished")
+
+
 def drive_ui(server, b: Browser, pack: str, artifacts: Path, started: float) -> None:
     b.navigate(server.url)
     b.wait_for("!!(window.app && app.graph && app.extensionManager && document.querySelector('.side-bar-button'))",
@@ -452,8 +488,9 @@ def drive_ui(server, b: Browser, pack: str, artifacts: Path, started: float) -> 
     b.evaluate(f"""(async () => {{
       const graph = await (await fetch('/api/workflow_templates/{pack}/speak_and_preview.json')).json();
       await app.loadGraphData(graph);
-      window.__mz = {{done: null}};
+      window.__mz = {{done: null, pieces: []}};
       const api = window.comfyAPI.api.api;
+      api.addEventListener('mizuoto.audio', (e) => {{ window.__mz.pieces.push({{...e.detail, at: Date.now()}}); }});
       api.addEventListener('execution_success', (e) => {{
         window.__mz.done = {{ok: true, id: e.detail.prompt_id, at: Date.now()}};
       }});
@@ -462,15 +499,16 @@ def drive_ui(server, b: Browser, pack: str, artifacts: Path, started: float) -> 
     }})()""")
     ui_prompt = b.evaluate("app.graphToPrompt().then((p) => p.output)")
     assert ui_prompt == API_PROMPT, "graphToPrompt of the template differs from speak_and_preview.api.json"
-    # A new text, so Speak really runs again (not served from ComfyUI's cache).
-    b.evaluate("(() => { const n = app.graph.nodes.find((n) => n.type === 'MizuotoSpeak');"
-               " n.widgets.find((w) => w.name === 'text').value = 'The panel refreshes after this run.';"
+    # A new text, so Speak really runs again (not served from ComfyUI's cache); three sentences, three pieces.
+    b.evaluate(f"(() => {{ const n = app.graph.nodes.find((n) => n.type === 'MizuotoSpeak');"
+               f" n.widgets.find((w) => w.name === 'text').value = {json.dumps(LIVE_TEXT)};"
                " return true; })()")
     b.evaluate("app.queuePrompt(0).then(() => true)")
     done = b.wait_for("window.__mz.done", timeout=120)
     assert done["ok"], done
     entry = server.get(f"/history/{done['id']}")[done["id"]]
     check_audio_output(server, entry, "3")
+    check_live_pieces(b, done)
 
     # The panel refetched after execution_success (our event listeners) and lists the model with its bars.
     b.wait_for(f"Number(document.querySelector('#mizuoto-panel').dataset.fetched) >= {done['at']}", timeout=20)
