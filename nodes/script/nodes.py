@@ -15,7 +15,7 @@ from ..pack.voice import Voice, cast
 from .parse import ScriptError, Segment, assign_seeds, parse_script
 from .render import dialogue, perform, perform_each, plan
 from .srt import format_srt, parse_srt
-from .timeline import FALLBACKS, POLICIES, place_cues
+from .timeline import FALLBACKS, MAX_SECONDS, POLICIES, check_placement, place_cues
 
 MAX_VOICES = 8
 NO_FILE = "(none)"
@@ -175,10 +175,14 @@ class MizuotoSrt:
               narrator: Voice | None = None, settings: dict | None = None, unique_id=None,
               **voices: Any) -> tuple[dict[str, Any], str, str]:
         team = _Cast(model, narrator, settings, voices)
+        check_placement(timing, max_stretch, fallback)          # before any audio is made
         text = read_srt_file(srt_file) if srt_file != NO_FILE else srt
         parsed = parse_srt(text, overlap=overlapping_cues)
         if not parsed.cues:
             raise ValueError("srt: no cues; expected subtitles such as '1\\n00:00:01,000 --> 00:00:02,000\\nHello.'")
+        end = max(cue.end_ms for cue in parsed.cues) / 1000
+        if end > MAX_SECONDS:
+            raise ValueError(f"srt: its cues run to {end / 3600:.1f} h; at most {MAX_SECONDS / 3600:g} h are placed")
         per_cue: list[list[Segment]] = []
         for cue in parsed.cues:
             try:    # a cue's wrapped lines are one segment, as a viewer reads them

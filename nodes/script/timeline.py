@@ -31,6 +31,7 @@ Policy = Literal["pad_trim", "overlap", "shift", "stretch"]
 Fallback = Literal["pad_trim", "overlap", "shift"]
 POLICIES = ("pad_trim", "overlap", "shift", "stretch")
 FALLBACKS = ("pad_trim", "overlap", "shift")
+MAX_SECONDS = 4 * 3600        # the longest timeline placed by default
 
 
 def to_sample(ms: int, sample_rate: int) -> int:
@@ -130,11 +131,11 @@ class Timeline:
 
 def place_cues(cues: Sequence[Cue], audio: Sequence[torch.Tensor], sample_rate: int, *,
                policy: Policy = "pad_trim", max_stretch: float = 1.5, fallback: Fallback = "overlap",
-               fade_ms: float = 10.0, max_seconds: float = 4 * 3600) -> Timeline:
+               fade_ms: float = 10.0, max_seconds: float = MAX_SECONDS) -> Timeline:
     """Place ``audio[i]`` (1-D or [C, T] float; channels 1 or the widest count, mono spread to all) at
     ``cues[i]``'s time; see the module's description for the policies. ``max_stretch``: the most speech
     is compressed (1 to 2). ``max_seconds`` bounds the output, checked before it is allocated."""
-    _check_options(policy, max_stretch, fallback, fade_ms, max_seconds, sample_rate)
+    check_placement(policy, max_stretch, fallback, fade_ms, max_seconds, sample_rate)
     if len(cues) != len(audio):
         raise ValueError(f"audio: expected one tensor per cue ({len(cues)}), got {len(audio)}")
     lengths, channels, device = _lengths(audio)
@@ -154,8 +155,9 @@ def place_cues(cues: Sequence[Cue], audio: Sequence[torch.Tensor], sample_rate: 
     return Timeline(out, adjusted, tuple(plan), sample_rate)
 
 
-def _check_options(policy: str, max_stretch: float, fallback: str, fade_ms: float, max_seconds: float,
-                   sample_rate: int) -> None:
+def check_placement(policy: str, max_stretch: float = 1.5, fallback: str = "overlap", fade_ms: float = 10.0,
+                    max_seconds: float = MAX_SECONDS, sample_rate: int = 24000) -> None:
+    """The placement options, checked (callers check them before making any audio)."""
     if policy not in POLICIES:
         raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
     if fallback not in FALLBACKS:

@@ -165,3 +165,20 @@ def test_the_srt_node_places_each_cue_at_its_time_and_reports_what_it_adjusted(c
         with pytest.raises(ValueError, match="srt_file"):
             MizuotoSrt().speak(hibari, SRT, "../etc/passwd.srt", "pad_trim", 1.5, "overlap", "trim", 5, 1.0, "en",
                                "error")
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(timing="squeeze"), "policy: expected one of"),
+    (dict(max_stretch=3.0), "max_stretch: expected a number from 1 to 2"),
+    (dict(fallback="stretch"), "fallback: expected one of"),
+    (dict(srt="1\n05:00:00,000 --> 05:00:01,000\nLate.\n"), "its cues run to 5.0 h; at most 4 h"),
+    (dict(srt="1\n00:00:01,000 --> 00:00:00,500\nBackwards.\n"), r"cue 1 \(line 2\): ends at 00:00:00,500, before it starts"),
+    (dict(srt_file="notes.txt"), "srt_file 'notes.txt': files are read from ComfyUI's input folder"),
+])
+def test_srt_options_and_files_are_checked_before_any_speech(cast, monkeypatch, change, match):
+    runtime, hibari, fish, voices, options = cast
+    monkeypatch.setattr(render, "speak", lambda *a, **k: (_ for _ in ()).throw(AssertionError("spoke")))
+    args = dict(srt=SRT, srt_file="(none)", timing="pad_trim", max_stretch=1.5, fallback="overlap",
+                overlapping_cues="trim", seed=0, speed=1.0, language="en", unknown_characters="error") | change
+    with use_runtime(runtime), pytest.raises(ValueError, match=match):
+        MizuotoSrt().speak(hibari, voice_1=voices["Bob"], **args)
