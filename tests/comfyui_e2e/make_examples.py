@@ -139,15 +139,19 @@ SCRIPT_NOTE = ("A script: [Name] switches the speaker (the Voice nodes' names), 
                "transcript to a Voice node, and a cloning model (its own model input, or the Script's), "
                "to give a character its own voice. save_to_library keeps a voice in models/TTS/voices/.")
 VOICE_NODE = {"library_voice": "(none)", "save_to_library": False, "transcript": "", "instruction": ""}
+# The embedded voice and two named voices (both its one speaker: no download), shared by both scripts.
+CAST = [
+    {"key": "load", "type": "MizuotoLoadHibari", "pos": [40, 120], "size": [330, 90],
+     "values": {"precision": "fp32", "device": "auto"}},
+    {"key": "alice", "type": "MizuotoVoice", "pos": [40, 260], "size": [330, 260],
+     "values": {"name": "Alice", **VOICE_NODE, "speaker": "heart"}},
+    {"key": "bob", "type": "MizuotoVoice", "pos": [40, 560], "size": [330, 260],
+     "values": {"name": "Bob", **VOICE_NODE, "speaker": "heart"}},
+]
 
 SCRIPT_DIALOGUE = {
     "nodes": [
-        {"key": "load", "type": "MizuotoLoadHibari", "pos": [40, 120], "size": [330, 90],
-         "values": {"precision": "fp32", "device": "auto"}},
-        {"key": "alice", "type": "MizuotoVoice", "pos": [40, 260], "size": [330, 260],
-         "values": {"name": "Alice", **VOICE_NODE, "speaker": "heart"}},
-        {"key": "bob", "type": "MizuotoVoice", "pos": [40, 560], "size": [330, 260],
-         "values": {"name": "Bob", **VOICE_NODE, "speaker": "heart"}},
+        *CAST,
         {"key": "script", "type": "MizuotoScript", "pos": [420, 120], "size": [460, 460],
          "values": {"script": DIALOGUE, "seed": 0, **FIXED, "speed": 1.0, "language": "en",
                     "unknown_characters": "error"}},
@@ -170,12 +174,7 @@ SRT_NOTE = ("Subtitles spoken on their timings. Each cue starts at its time; spe
 
 SRT_SUBTITLES = {
     "nodes": [
-        {"key": "load", "type": "MizuotoLoadHibari", "pos": [40, 120], "size": [330, 90],
-         "values": {"precision": "fp32", "device": "auto"}},
-        {"key": "alice", "type": "MizuotoVoice", "pos": [40, 260], "size": [330, 260],
-         "values": {"name": "Alice", **VOICE_NODE, "speaker": "heart"}},
-        {"key": "bob", "type": "MizuotoVoice", "pos": [40, 560], "size": [330, 260],
-         "values": {"name": "Bob", **VOICE_NODE, "speaker": "heart"}},
+        *CAST,
         {"key": "srt", "type": "MizuotoSrt", "pos": [420, 120], "size": [460, 600],
          "values": {"srt": SUBTITLES, "srt_file": "(none)", "timing": "stretch", "max_stretch": 1.5,
                     "fallback": "overlap", "overlapping_cues": "trim", "seed": 0, **FIXED, "speed": 1.0,
