@@ -555,5 +555,30 @@ def drive_ui(server, b: Browser, pack: str, artifacts: Path, started: float) -> 
       return false;
     }})()""")
     assert fallback, "the floating fallback panel did not show the model"
+    check_interrupt_stops_live_playback(b)
     errors = [e for e in b.console_errors() if "mizuoto" in e.lower()]
     assert not errors, errors
+
+
+def check_interrupt_stops_live_playback(b: Browser) -> None:
+    """A long text interrupted from the UI once its first piece has arrived: ComfyUI reports the
+    interrupt, fewer pieces arrived than the text has sentences (generation stopped) and the live chip
+    stops (playback stopped)."""
+    sentences = 60
+    text = " ".join(f"Sentence number {i} of a long reading." for i in range(sentences))
+    b.evaluate(f"""(() => {{
+      window.__mz = {{done: null, pieces: [], interrupted: false}};
+      const api = window.comfyAPI.api.api;
+      api.addEventListener('execution_interrupted', () => {{ window.__mz.interrupted = true; }});
+      const n = app.graph.nodes.find((n) => n.type === 'MizuotoSpeak');
+      n.widgets.find((w) => w.name === 'text').value = {json.dumps(text)};
+      return true;
+    }})()""")
+    b.evaluate("app.queuePrompt(0).then(() => true)")
+    b.wait_for("window.__mz.pieces.length > 0", timeout=60)
+    b.evaluate("window.comfyAPI.api.api.interrupt().then(() => true)")
+    assert b.wait_for("window.__mz.interrupted", timeout=60)
+    received = b.evaluate("window.__mz.pieces.filter((p) => !p.done).length")
+    assert 0 < received < sentences, received
+    assert b.wait_for("document.querySelector('.mizuoto-live')?.dataset.state === 'stopped'", timeout=10)
+    print(f"interrupt: {received} of {sentences} sentences arrived; playback stopped")

@@ -125,7 +125,7 @@ def test_modes_speak_and_seeds_repeat(engine):
     ref = Reference(0.05 * torch.sin(2 * torch.pi * 200 * t), 24000)
     c = Chunk("Hello there.", seed=3, reference=ref, reference_text="A quiet reference", options=dict(FAST))
     cloned = speak(engine, c)
-    codes, text, rms = c.cache["voice"]
+    codes, text, rms = c.prompts["voice"]
     assert codes.shape == (8, 25) and text == "A quiet reference." and 0 < rms < 0.1
     assert cloned.numel() == estimate_frames("Hello there.", text, 25) * 960 + 4800
 
@@ -200,15 +200,16 @@ def test_a_long_text_is_cut_generated_from_one_stream_joined_then_post_processed
     got, meta = synthesize(engine, req)
     assert meta["chunks"] == len(pieces)
     cache: dict = {}
+    prompts: dict = {}
     raw = []
     with engine.manager.request(seed=4) as ctx:
         for i, piece in enumerate(pieces):
             chunk = Chunk(piece, seed=4 + i, index=i, count=len(pieces), language="en", reference=ref,
-                          reference_text=ref_text, options={"num_step": 2}, cache=cache)
+                          reference_text=ref_text, options={"num_step": 2}, cache=cache, prompts=prompts)
             raw.append(engine.speak_chunk(ctx, chunk))
     joined = join_waves(raw, engine.join, 24000)
     want = postprocess(remove_silence(joined, 24000, mid_sil=500, lead_sil=100, trail_sil=100),
-                       cache["voice"][2] if cloning else None)
+                       prompts["voice"][2] if cloning else None)
     assert torch.equal(got, want)
     # the second piece continued the first's random stream (a fresh seed would draw other noise)
     assert "rng" in cache

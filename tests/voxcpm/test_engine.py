@@ -121,9 +121,9 @@ def test_speaks_repeatably(engine):
 def test_modes(engine):
     ref = Reference(tiny.reference_wave(0.6), 16000)
     cloned, chunk, _ = speak(engine, "speak the test", reference=ref)
-    assert [k[1] for k in chunk.cache] == [False]                          # the reference encoded once
+    assert [k[1] for k in chunk.prompts] == [False]                        # the reference encoded once
     ultimate, chunk, _ = speak(engine, "speak the test", reference=ref, reference_text="hello")
-    assert [k[1] for k in chunk.cache] == [True]
+    assert [k[1] for k in chunk.prompts] == [True]
     designed, _, _ = speak(engine, "speak the test", instruction="a warm voice")
     steered, _, _ = speak(engine, "speak the test", instruction="a warm voice", reference=ref)
     chinese, _, _ = speak(engine, "你好世界，我们说话。")
