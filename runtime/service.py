@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import torch
@@ -58,11 +58,21 @@ class Model:
         return sum(h.loaded_bytes for h in self.handles)
 
 
+class Releasable(Protocol):
+    """Memory a caller keeps that can be dropped and rebuilt (the pack's prompt and segment caches)."""
+
+    @property
+    def bytes(self) -> int: ...
+
+    def clear(self) -> None: ...
+
+
 class RuntimeService:
     def __init__(self, manager: ModelManager, clock: Callable[[], float] = time.monotonic) -> None:
         self.manager = manager
         self.clock = clock
         self.models: dict[str, Model] = {}
+        self.caches: dict[str, Releasable] = {}   # dropped first when RAM runs short (cheapest to rebuild)
         # The manager's lock: upkeep, RAM relief, releases and evictions never interleave with placement.
         self._lock = manager.lock
         self._refs: dict[str, int] = {}
@@ -193,15 +203,23 @@ class RuntimeService:
         return [m.name for m in stale]
 
     def relieve_ram(self, available: int | None = None) -> list[str]:
-        """Free RAM below the reserve: drop host copies of whole components, then evict idle models LRU.
+        """Free RAM below the reserve: clear the registered caches, drop host copies of whole components,
+        then evict idle models LRU.
 
-        Returns what it did, in order ("host:<component>" or "model:<name>").
+        Returns what it did, in order ("cache:<name>", "host:<component>" or "model:<name>").
         """
         reserve = self.policy.ram_reserve_bytes()
         free = psutil.virtual_memory().available if available is None else available
         actions = []
         if free >= reserve:
             return actions
+        for name, cache in self.caches.items():
+            if free >= reserve:
+                return actions
+            if cache.bytes:
+                free += cache.bytes
+                cache.clear()
+                actions.append(f"cache:{name}")
         for model in sorted(self.models.values(), key=lambda m: m.last_used):
             for h in model.handles:
                 if free >= reserve:

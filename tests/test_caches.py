@@ -61,3 +61,16 @@ def test_keys_follow_the_voice_the_settings_and_the_model_files(tmp_path):
     assert model_fingerprint(tmp_path) != before
     assert request_key(model, req, with_text=True) != segment
     assert model_fingerprint(None) == ""
+
+
+def test_ram_relief_clears_the_caches_before_it_drops_host_copies_or_models():
+    from mizuoto.nodes.pack.pack_runtime import build_runtime
+    from mizuoto.runtime import VramPolicy
+
+    runtime = build_runtime(VramPolicy())
+    runtime.prompts.put("voice", {"codes": torch.zeros(1000)})
+    runtime.segments.put("line", (torch.zeros(2000), {"sample_rate": 24000}))
+    assert runtime.service.relieve_ram(available=1 << 60) == []            # plenty of RAM: kept
+    actions = runtime.service.relieve_ram(available=0)
+    assert actions[:2] == ["cache:segments", "cache:prompts"], actions
+    assert runtime.prompts.bytes == runtime.segments.bytes == 0 and len(runtime.prompts) == 0

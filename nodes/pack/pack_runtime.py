@@ -36,6 +36,10 @@ class PackRuntime:
     # finished segments' audio, for scripts re-run after an edit (pipeline.speak(..., reuse=True))
     segments: ByteCache = field(default_factory=lambda: ByteCache(SEGMENT_CACHE_MB * MB))
 
+    def __post_init__(self) -> None:
+        # RAM relief clears these before it drops a host copy or evicts a model
+        self.service.caches.update({"segments": self.segments, "prompts": self.prompts})
+
 
 _lock = threading.Lock()
 _runtime: PackRuntime | None = None
