@@ -97,3 +97,22 @@ def test_hostile_library_files_are_clear_errors_naming_the_file(library, files, 
         (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ValueError, match=match):
         make("Eve", library_voice="Eve")
+
+
+def test_a_voice_keeps_its_language_and_feeds_the_speak_node(library):
+    from mizuoto.nodes import NODE_CLASS_MAPPINGS
+    from mizuoto.nodes.pack.speak import MizuotoSpeak
+
+    bob = make("Bob", speaker="heart", language="en", save_to_library=True)
+    assert bob.language == "en" and make("B2", library_voice="Bob").language == "en"
+    assert bob.request("Hi.").language == "en" and bob.request("Hi.", language="zh").language == "zh"
+    with pytest.raises(ValueError, match="language: expected one of"):
+        make("Bob", speaker="heart", language="xx")
+    model = NODE_CLASS_MAPPINGS["MizuotoLoadHibari"]().load("fp32", "auto")[0]
+    (via_voice,) = MizuotoSpeak().speak(model, "Hello.", 2, 1.0, "auto", named_voice=bob)
+    (direct,) = MizuotoSpeak().speak(model, "Hello.", 2, 1.0, "en", voice="heart")
+    assert torch.equal(via_voice["waveform"], direct["waveform"])
+    with pytest.raises(ValueError, match="voice: given together with named_voice"):
+        MizuotoSpeak().speak(model, "Hello.", 2, 1.0, "auto", voice="heart", named_voice=bob)
+    with pytest.raises(ValueError, match="named_voice: expected a voice from a Voice node"):
+        MizuotoSpeak().speak(model, "Hello.", 2, 1.0, "auto", named_voice="Bob")

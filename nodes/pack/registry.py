@@ -119,3 +119,9 @@ def discover(package: str | None = None) -> list[EngineSpec]:
                 raise ValueError(f"engines {seen[value]!r} and {spec.engine_id!r} both declare {attr} {value!r}")
             seen[value] = spec.engine_id
     return sorted(specs, key=lambda s: (not s.embedded, s.display_name.lower()))
+
+
+def languages(package: str | None = None) -> list[str]:
+    """"auto" and every language a registered engine declares (the Speak and Voice nodes' choices)."""
+    codes = {code for spec in discover(package) for code in spec.languages}
+    return ["auto"] + sorted(codes - {"auto"})

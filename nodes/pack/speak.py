@@ -8,15 +8,10 @@ from ...runtime import SettingsError, VramPolicy
 from ...runtime.policy import json_object, parse_setting, setting_choices
 from .live import LiveAudio
 from .pipeline import MAX_SEED, LoadedModel, SpeakRequest, speak
-from .registry import discover
+from .registry import languages
+from .voice import Voice
 
 CATEGORY = "audio/tts"
-
-
-def languages() -> list[str]:
-    """"auto" and every language a registered engine declares (the Speak node's choices)."""
-    codes = {code for spec in discover() for code in spec.languages}
-    return ["auto"] + sorted(codes - {"auto"})
 
 
 def progress_bar(unique_id, total_hint: int = 1):
@@ -55,18 +50,31 @@ class MizuotoSpeak:
                 "instruction": ("STRING", {"multiline": True, "default": "",
                                            "tooltip": "how to speak (voice design, style), where supported"}),
                 "settings": ("MIZUOTO_SETTINGS",),
+                "named_voice": ("MIZUOTO_VOICE", {"tooltip": "a Voice node's voice: its reference, transcript, "
+                                                             "speaker or instruction (instead of the inputs above)"}),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def speak(self, model, text: str, seed: int, speed: float, language: str, voice: str = "",
               reference_audio: dict | None = None, reference_text: str = "", instruction: str = "",
-              settings: dict | None = None, unique_id=None) -> tuple[dict[str, Any]]:
+              settings: dict | None = None, named_voice: Voice | None = None,
+              unique_id=None) -> tuple[dict[str, Any]]:
         if not isinstance(model, LoadedModel):
             raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
-        request = SpeakRequest(text=text, seed=seed, speed=speed, language=language, voice=voice or None,
-                               reference=reference_audio, reference_text=reference_text or None,
-                               instruction=instruction or None, settings=settings)
+        if named_voice is not None:
+            if not isinstance(named_voice, Voice):
+                raise ValueError(f"named_voice: expected a voice from a Voice node, got {type(named_voice).__name__}")
+            given = [n for n, v in (("voice", voice), ("reference_audio", reference_audio),
+                                    ("reference_text", reference_text), ("instruction", instruction)) if v]
+            if given:
+                raise ValueError(f"{given[0]}: given together with named_voice; expected one or the other")
+            request = named_voice.request(text, seed=seed, speed=speed,
+                                          language=None if language == "auto" else language, settings=settings)
+        else:
+            request = SpeakRequest(text=text, seed=seed, speed=speed, language=language, voice=voice or None,
+                                   reference=reference_audio, reference_text=reference_text or None,
+                                   instruction=instruction or None, settings=settings)
         live = LiveAudio.for_node(unique_id)        # the browser plays each segment as it is made
         wav, meta = speak(model, request, progress=progress_bar(unique_id), on_audio=live)
         if live is not None:

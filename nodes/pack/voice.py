@@ -18,6 +18,7 @@ from torch import Tensor
 from ..formats import voice_library
 from .audio import check_level, check_rate, check_samples, to_channels, to_mono
 from .pipeline import LoadedModel, SpeakRequest
+from .registry import languages
 
 CATEGORY = "audio/tts"
 NO_LIBRARY_VOICE = "(none)"
@@ -108,6 +109,8 @@ class MizuotoVoice:
                 "instruction": ("STRING", {"multiline": True, "default": "",
                                            "tooltip": "how the voice sounds or speaks, where the model takes one"}),
                 "model": ("MIZUOTO_TTS", {"tooltip": "the model that speaks this voice (else the script's)"}),
+                "language": (languages(), {"default": "auto",
+                                           "tooltip": "the language of this voice's lines ([lang:..] overrides)"}),
             },
         }
 
@@ -118,8 +121,11 @@ class MizuotoVoice:
 
     def voice(self, name: str, library_voice: str, save_to_library: bool, audio: dict | None = None,
               transcript: str = "", speaker: str = "", instruction: str = "",
-              model: LoadedModel | None = None) -> tuple[Voice]:
+              model: LoadedModel | None = None, language: str = "auto") -> tuple[Voice]:
         name = voice_library.check_name(name)
+        choices = languages()
+        if language not in choices:
+            raise ValueError(f"language: expected one of {', '.join(choices)}, got {language!r}")
         if model is not None and not isinstance(model, LoadedModel):
             raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
         for what, value in (("transcript", transcript), ("speaker", speaker), ("instruction", instruction)):
@@ -131,7 +137,7 @@ class MizuotoVoice:
             stored = from_library(library_voice)
             voice = Voice(name, stored.audio, stored.sample_rate, transcript.strip() or stored.transcript,
                           speaker.strip() or stored.speaker, instruction.strip() or stored.instruction,
-                          stored.language, model)
+                          stored.language if language == "auto" else language, model)
         else:
             wav, rate = voice_audio(audio) if audio is not None else (None, None)
             if wav is None and not (speaker.strip() or instruction.strip()):
@@ -140,7 +146,7 @@ class MizuotoVoice:
             if transcript.strip() and wav is None:
                 raise ValueError("transcript: given without audio; expected the words of the connected audio")
             voice = Voice(name, wav, rate, transcript.strip(), speaker.strip() or None, instruction.strip() or None,
-                          None, model)
+                          None if language == "auto" else language, model)
         if len(voice.transcript) > voice_library.MAX_TRANSCRIPT_CHARS:
             raise ValueError(f"transcript: {len(voice.transcript)} characters; expected at most "
                              f"{voice_library.MAX_TRANSCRIPT_CHARS}")
