@@ -128,6 +128,8 @@ class MizuotoVoice:
             raise ValueError(f"language: expected one of {', '.join(choices)}, got {language!r}")
         if model is not None and not isinstance(model, LoadedModel):
             raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
+        if not isinstance(save_to_library, bool):
+            raise ValueError(f"save_to_library: expected true or false, got {save_to_library!r}")
         for what, value in (("transcript", transcript), ("speaker", speaker), ("instruction", instruction)):
             if not isinstance(value, str):
                 raise ValueError(f"{what}: expected text, got {type(value).__name__}")

@@ -98,6 +98,8 @@ class MizuotoScript:
     def speak(self, model, script: str, seed: int, speed: float, language: str, unknown_characters: str,
               narrator: Voice | None = None, settings: dict | None = None, native_dialogue: bool = False,
               unique_id=None, **voices: Any) -> tuple[dict[str, Any], str]:
+        if not isinstance(native_dialogue, bool):
+            raise ValueError(f"native_dialogue: expected true or false, got {native_dialogue!r}")
         team = _Cast(model, narrator, settings, voices)
         segments = team.parse(script, unknown_characters)
         if not segments:
