@@ -1,6 +1,7 @@
 """The engine-independent nodes: Speak (text -> AUDIO through the pipeline) and Runtime settings."""
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -21,6 +22,46 @@ def progress_bar(unique_id, total_hint: int = 1):
         return None
     bar = utils.ProgressBar(total_hint, node_id=unique_id)
     return lambda done, total: bar.update_absolute(done, total)
+
+
+MAX_OPTIONS_CHARS = 20_000
+AUDIO_OPTION = "option_audio"      # an option whose value is this string takes the node's option_audio input
+
+
+def parse_options(text: str, audio: dict | None = None, what: str = "options") -> dict[str, Any]:
+    """A node's `options` text: a JSON object of engine options such as {"temperature": 0.7}; an option
+    set to "option_audio" takes the connected audio (IndexTTS 2's emotion_reference). The pipeline checks
+    every key and value against the model's declaration before any model runs."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what}: expected text holding a JSON object, got {type(text).__name__}")
+    if not text.strip():
+        if audio is not None:
+            raise ValueError(f'{AUDIO_OPTION}: connected, but no option names it; e.g. {{"emotion_reference": '
+                             f'"{AUDIO_OPTION}"}} in {what}')
+        return {}
+    if len(text) > MAX_OPTIONS_CHARS:
+        raise ValueError(f"{what}: {len(text)} characters; expected at most {MAX_OPTIONS_CHARS}")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what}: not JSON ({e.msg} at line {e.lineno}, column {e.colno}); expected an object "
+                         'such as {"temperature": 0.7}') from None
+    if not isinstance(value, dict):
+        raise ValueError(f'{what}: expected a JSON object such as {{"temperature": 0.7}}, got {type(value).__name__}')
+    named = [k for k, v in value.items() if v == AUDIO_OPTION]
+    if named and audio is None:
+        raise ValueError(f"{what}: {named[0]} names {AUDIO_OPTION}, which is not connected")
+    if audio is not None and not named:
+        raise ValueError(f'{AUDIO_OPTION}: connected, but no option names it; e.g. {{"emotion_reference": '
+                         f'"{AUDIO_OPTION}"}} in {what}')
+    return {k: audio if v == AUDIO_OPTION else v for k, v in value.items()}
+
+
+OPTION_INPUTS = {
+    "options": ("STRING", {"multiline": True, "default": "",
+                           "tooltip": 'engine options as JSON, e.g. {"temperature": 0.7} (the model\'s own names)'}),
+    AUDIO_OPTION: ("AUDIO", {"tooltip": 'audio for an option set to "option_audio" (e.g. emotion_reference)'}),
+}
 
 
 class MizuotoSpeak:
@@ -52,16 +93,18 @@ class MizuotoSpeak:
                 "settings": ("MIZUOTO_SETTINGS",),
                 "named_voice": ("MIZUOTO_VOICE", {"tooltip": "a Voice node's voice: its reference, transcript, "
                                                              "speaker or instruction (instead of the inputs above)"}),
+                **OPTION_INPUTS,
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def speak(self, model, text: str, seed: int, speed: float, language: str, voice: str = "",
               reference_audio: dict | None = None, reference_text: str = "", instruction: str = "",
-              settings: dict | None = None, named_voice: Voice | None = None,
-              unique_id=None) -> tuple[dict[str, Any]]:
+              settings: dict | None = None, named_voice: Voice | None = None, options: str = "",
+              option_audio: dict | None = None, unique_id=None) -> tuple[dict[str, Any]]:
         if not isinstance(model, LoadedModel):
             raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
+        engine_options = parse_options(options, option_audio)
         if named_voice is not None:
             if not isinstance(named_voice, Voice):
                 raise ValueError(f"named_voice: expected a voice from a Voice node, got {type(named_voice).__name__}")
@@ -69,12 +112,12 @@ class MizuotoSpeak:
                                     ("reference_text", reference_text), ("instruction", instruction)) if v]
             if given:
                 raise ValueError(f"{given[0]}: given together with named_voice; expected one or the other")
-            request = named_voice.request(text, seed=seed, speed=speed,
-                                          language=None if language == "auto" else language, settings=settings)
+            request = named_voice.request(text, seed=seed, speed=speed, language=None if language == "auto" else
+                                          language, settings=settings, options=engine_options)
         else:
             request = SpeakRequest(text=text, seed=seed, speed=speed, language=language, voice=voice or None,
                                    reference=reference_audio, reference_text=reference_text or None,
-                                   instruction=instruction or None, settings=settings)
+                                   instruction=instruction or None, settings=settings, options=engine_options)
         live = LiveAudio.for_node(unique_id)        # the browser plays each segment as it is made
         wav, meta = speak(model, request, progress=progress_bar(unique_id), on_audio=live)
         if live is not None:

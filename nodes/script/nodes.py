@@ -10,7 +10,7 @@ from typing import Any
 
 from ..pack.live import LiveAudio
 from ..pack.pipeline import MAX_SEED, LoadedModel
-from ..pack.speak import CATEGORY, languages, progress_bar
+from ..pack.speak import AUDIO_OPTION, CATEGORY, OPTION_INPUTS, languages, parse_options, progress_bar
 from ..pack.voice import Voice, cast
 from .parse import ScriptError, Segment, assign_seeds, parse_script
 from .render import dialogue, perform, perform_each, plan
@@ -27,7 +27,7 @@ def voice_inputs() -> dict[str, Any]:
     voices = {f"voice_{i}": ("MIZUOTO_VOICE", {"tooltip": "a voice its [Name] tag switches to"})
               for i in range(1, MAX_VOICES + 1)}
     return {"narrator": ("MIZUOTO_VOICE", {"tooltip": "who reads untagged text (default: the model's own voice)"}),
-            **voices, "settings": ("MIZUOTO_SETTINGS",)}
+            **voices, "settings": ("MIZUOTO_SETTINGS",), **OPTION_INPUTS}
 
 
 def common_inputs() -> dict[str, Any]:
@@ -47,6 +47,7 @@ class _Cast:
     def __init__(self, model: Any, narrator: Voice | None, settings: dict | None, voices: dict[str, Any]) -> None:
         if not isinstance(model, LoadedModel):
             raise ValueError(f"model: expected a Mizuoto model from a Mizuoto loader, got {type(model).__name__}")
+        self.options = parse_options(voices.pop("options", ""), voices.pop(AUDIO_OPTION, None))
         unknown = sorted(set(voices) - {f"voice_{i}" for i in range(1, MAX_VOICES + 1)})
         if unknown:
             raise ValueError(f"{unknown[0]}: not an input of this node")
@@ -63,11 +64,12 @@ class _Cast:
         return parse_script(text, characters=self.names, languages=codes, unknown=unknown, split_lines=split_lines)
 
     def plan(self, segments: list[Segment], language: str, speed: float):
-        return plan(segments, self.voices, self.model, language=language, speed=speed, settings=self.settings)
+        return plan(segments, self.voices, self.model, language=language, speed=speed, settings=self.settings,
+                    options=self.options)
 
     def dialogue(self, segments: list[Segment], seed: int, language: str, speed: float):
         return [dialogue(segments, self.voices, self.model, seed=seed, language=language, speed=speed,
-                         settings=self.settings)]
+                         settings=self.settings, options=self.options)]
 
 
 def _audio(waveform, rate: int) -> dict[str, Any]:

@@ -84,9 +84,11 @@ class Performance:
 
 
 def plan(segments: Sequence[Segment], cast: Mapping[str | None, Voice], model: LoadedModel | None, *,
-         language: str = "auto", speed: float = 1.0, settings: dict | None = None) -> list[Step]:
+         language: str = "auto", speed: float = 1.0, settings: dict | None = None,
+         options: dict | None = None) -> list[Step]:
     """Each speech segment's voice (its character's, else the narrator's), model (the voice's, else
-    `model`) and request; a character without a voice speaks in the narrator's (or the model's default)."""
+    `model`) and request; a character without a voice speaks in the narrator's (or the model's default).
+    `options` (engine options) go to the segments `model` speaks, not to voices with a model of their own."""
     steps = []
     for segment in segments:
         if isinstance(segment, Pause):
@@ -99,10 +101,13 @@ def plan(segments: Sequence[Segment], cast: Mapping[str | None, Voice], model: L
                              "connect a model to the node or to that Voice node")
         lang = segment.language or (voice.language if voice is not None else None) or language
         rate = segment.speed if segment.speed is not None else speed
+        own = options if speaker_model is model else None
         if voice is not None:
-            request = voice.request(segment.text, seed=segment.seed or 0, speed=rate, language=lang, settings=settings)
+            request = voice.request(segment.text, seed=segment.seed or 0, speed=rate, language=lang, settings=settings,
+                                    options=own)
         else:
-            request = SpeakRequest(segment.text, seed=segment.seed or 0, speed=rate, language=lang, settings=settings)
+            request = SpeakRequest(segment.text, seed=segment.seed or 0, speed=rate, language=lang, settings=settings,
+                                   options=dict(own or {}))
         steps.append(Step(segment, speaker_model, request))
     return steps
 
@@ -194,7 +199,7 @@ def perform_each(groups: Sequence[Sequence[Step]], *, reuse: bool = True,
 
 def dialogue(segments: Sequence[Segment], cast: Mapping[str | None, Voice], model: LoadedModel | None, *,
              seed: int = 0, language: str = "auto", speed: float = 1.0,
-             settings: dict | None = None) -> Step:
+             settings: dict | None = None, options: dict | None = None) -> Step:
     """The whole script as one native multi-speaker request (Capabilities.dialogue_speakers): each voice a
     speaker index in order of first appearance, each segment a turn in the engine's `dialogue_turn` form.
     What a native dialogue cannot hold (pauses, per-line seeds, speeds or languages, voices on other
@@ -239,6 +244,7 @@ def dialogue(segments: Sequence[Segment], cast: Mapping[str | None, Voice], mode
                          f"{caps.dialogue_speakers} in one dialogue")
     text = "\n".join(caps.dialogue_turn.format(n=n, text=line) for n, line in turns)
     pairs = tuple(({"waveform": v.audio[None], "sample_rate": v.sample_rate}, v.transcript) for v in voices)
-    request = SpeakRequest(text, seed=seed, speed=speed, language=language, settings=settings, speakers=pairs)
+    request = SpeakRequest(text, seed=seed, speed=speed, language=language, settings=settings, speakers=pairs,
+                           options=dict(options or {}) if owner is model else {})
     shown = Speech(text, character=f"dialogue of {len(voices)} speakers", seed=seed, line=segments[0].line)
     return Step(shown, owner, request)
