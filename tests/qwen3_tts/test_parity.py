@@ -249,7 +249,7 @@ def test_half_precision(folders, dtype):
     close(mine, wavs[0], f"custom voice waveform in {dtype}")
 
 
-# ---- through the Speak pipeline, upstream's defaults, against generate_voice_clone ------------------------
+# ---- through the Speak pipeline, upstream's defaults, against its generate_* calls ---------------------------
 
 @pytest.mark.parametrize("text", ["今天天气很好。我们去公园散步吧！\n明天是2024年3月15日。", "It costs $5.99. See you at 10:30!"])
 def test_the_pipeline_equals_generate_voice_clone(folders, tmp_path, text):
