@@ -249,7 +249,7 @@ def test_half_precision(folders, dtype):
     close(mine, wavs[0], f"custom voice waveform in {dtype}")
 
 
-# ---- through the Speak pipeline, upstream's defaults, against generate_voice_clone ------------------------
+# ---- through the Speak pipeline, upstream's defaults, against its generate_* calls ---------------------------
 
 @pytest.mark.parametrize("text", ["今天天气很好。我们去公园散步吧！\n明天是2024年3月15日。", "It costs $5.99. See you at 10:30!"])
 def test_the_pipeline_equals_generate_voice_clone(folders, tmp_path, text):
@@ -273,3 +273,57 @@ def test_the_pipeline_equals_generate_voice_clone(folders, tmp_path, text):
     assert sr == 24000 and meta["chunks"] == 1              # qwen-tts reads the text whole
     assert got.shape == want.shape, f"{tuple(got.shape)} vs {tuple(want.shape)}"
     assert torch.equal(got, want), f"max |ours - upstream| {(got - want).abs().max().item():.3g}"
+
+
+def pipeline_equals(engine, request, want, what):
+    """Our Speak pipeline on `request` (seeded as the upstream call was) -> torch.equal to upstream's audio."""
+    from mizuoto.nodes.pack.pipeline import synthesize
+    got, meta = synthesize(engine, request)
+    want = torch.from_numpy(np.asarray(want))
+    assert meta["chunks"] == 1                              # qwen-tts reads the text whole
+    print(f"{what}: {got.numel()} samples ({got.numel() / 24000:.1f} s)")
+    assert got.shape == want.shape, f"{what}: {tuple(got.shape)} vs {tuple(want.shape)}"
+    assert torch.equal(got, want), f"{what}: max |ours - upstream| {(got - want).abs().max().item():.3g}"
+
+
+ZH = "今天天气很好。我们去公园散步吧！\n明天是2024年3月15日。"
+
+
+# Seeds chosen so that upstream's audio changes with each input of the case (speaker, language, instruction,
+# seed); the random talker's sampling is peaked, and on some seeds a changed input gives the same audio.
+@pytest.mark.parametrize("text,voice,language,instruction,their_language,seed", [
+    ("Hello world! This is a short test, read by a named voice.", "Vivian", "en", None, "English", 2),
+    (ZH, "vivian", "zh", None, "Chinese", 2),
+    (ZH, "Dylan", "zh", None, "Chinese", 0),     # a dialect speaker: Chinese is read in its dialect
+    ("Please read this slowly: it costs $5.99.", "vivian", "auto", "Speak slowly, in a warm and happy tone.",
+     "Auto", 2),
+], ids=["english", "chinese", "dialect", "instruction"])
+def test_the_pipeline_equals_generate_custom_voice(folders, text, voice, language, instruction, their_language, seed):
+    """The CustomVoice model's user path: SpeakRequest(text, voice, language, instruction), every option at
+    its default (sampling on), against the user-facing generate_custom_voice(text, speaker, language,
+    instruct) after the same torch.manual_seed."""
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
+    tts, engine = upstream(folders["custom_voice"]), ours(folders["custom_voice"])
+    torch.manual_seed(seed)
+    wavs, sr = tts.generate_custom_voice(text, speaker=voice, language=their_language, instruct=instruction)
+    assert sr == 24000
+    pipeline_equals(engine, SpeakRequest(text, seed=seed, voice=voice, language=language, instruction=instruction),
+                    wavs[0], f"custom voice {voice}/{language}")
+
+
+@pytest.mark.parametrize("text,language,their_language,seed", [
+    ("The quick brown fox jumps over the lazy dog. Is it 10:30 yet?", "en", "English", 3),
+    (ZH, "zh", "Chinese", 5),
+], ids=["english", "chinese"])
+def test_the_pipeline_equals_generate_voice_design(folders, text, language, their_language, seed):
+    """The VoiceDesign model's user path: SpeakRequest(text, instruction=<a voice description>, language),
+    defaults (sampling on), against generate_voice_design(text, instruct, language) after the same
+    torch.manual_seed."""
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
+    tts, engine = upstream(folders["voice_design"]), ours(folders["voice_design"])
+    instruction = "A calm, low male voice, speaking slowly with a slight rasp."
+    torch.manual_seed(seed)
+    wavs, sr = tts.generate_voice_design(text, instruct=instruction, language=their_language)
+    assert sr == 24000
+    pipeline_equals(engine, SpeakRequest(text, seed=seed, instruction=instruction, language=language),
+                    wavs[0], f"voice design {language}")
