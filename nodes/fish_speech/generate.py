@@ -48,6 +48,8 @@ FAST_VOCAB = 1024       # upstream samples the fast codebooks from the first 102
 RAS_WINDOW = 10         # S2: Repetition Aware Sampling looks back this many frames
 RAS_TEMPERATURE, RAS_TOP_P = 1.0, 0.9
 SPEAKER_TAG = re.compile(r"(<\|speaker:\d+\|>)")
+MAX_BATCH_SPEAKERS = 5  # S2's generate_long: at most 5 speaker turns per batch
+BATCH_BYTES = 512       # and at most chunk_length (512 by default) UTF-8 bytes
 
 
 def _check_shared(temperature: float, top_p: float, max_new_tokens: int) -> None:
@@ -160,6 +162,13 @@ def _columns(tokenizer: FishTokenizer | HFTokenizer, parts: list[tuple[str, Tens
 def speaker_turns(text: str) -> str:
     """S2's user text: split at `<|speaker:N|>` tags into stripped turns joined by newlines (text before
     the first tag dropped), as upstream batches them; text without tags as it is."""
+    turns = split_turns(text)
+    return "\n".join(turns) if turns else text
+
+
+def split_turns(text: str) -> list[str]:
+    """Upstream's split_text_by_speaker: the stripped turns starting at each `<|speaker:N|>` tag (text before
+    the first tag dropped); [] for text without tags."""
     parts = SPEAKER_TAG.split(text)
     turns, i = [], 0
     while i < len(parts):
@@ -169,14 +178,35 @@ def speaker_turns(text: str) -> str:
             i += 2
         else:
             i += 1
-    return "\n".join(turns) if turns else text
+    return turns
+
+
+def group_batches(turns: list[str], max_speakers: int = MAX_BATCH_SPEAKERS,
+                  max_bytes: int = BATCH_BYTES) -> list[str]:
+    """Upstream's group_turns_into_batches (S2's generate_long passes max_speakers=5, max_bytes=chunk_length,
+    512 by default): a new batch when the current one holds `max_speakers` turns or the next turn would take
+    it past `max_bytes` UTF-8 bytes; a batch is its turns joined by newlines."""
+    batches, current, size = [], [], 0
+    for turn in turns:
+        n = len(turn.encode("utf-8"))
+        if len(current) >= max_speakers or (current and size + n > max_bytes):
+            batches.append("\n".join(current))
+            current, size = [turn], n
+        else:
+            current.append(turn)
+            size += n
+    if current:
+        batches.append("\n".join(current))
+    return batches
 
 
 def build_chat_prompt(tokenizer: HFTokenizer, text: str, num_codebooks: int, ref_text: str | None = None,
-                      ref_codes: Tensor | None = None) -> Tensor:
+                      ref_codes: Tensor | None = None, history: list[tuple[str, Tensor]] = ()) -> Tensor:
     """S2's prompt [1 + num_codebooks, T] (upstream's Conversation: system, user, open assistant voice turn).
     As upstream, a reference is used only with a non-empty transcript; a transcript without a speaker tag
-    gets `<|speaker:0|>`."""
+    gets `<|speaker:0|>`. `history`: the earlier batches of the same text, (batch text, generated codes),
+    each a user turn and a closed assistant voice turn holding its codes, as upstream's generate_long
+    appends them to the conversation."""
     parts: list[tuple[str, Tensor | None]] = [("<|im_start|>system\n", None)]
     if ref_codes is not None and ref_text:
         if ref_codes.dim() != 2 or ref_codes.shape[0] != num_codebooks:
@@ -186,7 +216,13 @@ def build_chat_prompt(tokenizer: HFTokenizer, text: str, num_codebooks: int, ref
                   (tagged, None), ("\n\nSpeech:\n", None), ("", ref_codes)]
     else:
         parts.append(("convert the provided text to speech", None))
-    parts += [("<|im_end|>\n", None), ("<|im_start|>user\n", None), (speaker_turns(text), None),
+    parts.append(("<|im_end|>\n", None))
+    for earlier, codes in history:
+        if codes.dim() != 2 or codes.shape[0] != num_codebooks:
+            raise ValueError(f"earlier batch codes: expected [{num_codebooks}, frames], got {list(codes.shape)}")
+        parts += [("<|im_start|>user\n", None), (speaker_turns(earlier), None), ("<|im_end|>\n", None),
+                  ("<|im_start|>assistant\n<|voice|>", None), ("", codes), ("<|im_end|>\n", None)]
+    parts += [("<|im_start|>user\n", None), (speaker_turns(text), None),
               ("<|im_end|>\n", None), ("<|im_start|>assistant\n<|voice|>", None)]
     return _columns(tokenizer, parts, num_codebooks)
 

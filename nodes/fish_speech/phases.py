@@ -29,7 +29,8 @@ from ..blocks.decode import frames_estimate
 from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
 from ..pack.segments import Segment
 from ..blocks.transformer import kv_position_bytes
-from .generate import SPEAKER_TAG, S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes
+from .generate import (SPEAKER_TAG, S2Sampling, Sampling, build_chat_prompt, build_prompt, generate_codes,
+                       group_batches, split_turns)
 from .loader import FishBundle
 
 # The languages S1 was trained on; the model reads the language from the text itself (no language input).
@@ -135,8 +136,7 @@ class FishSpeechEngine(Engine):
                    reference_text: str | None = None, language: str = "auto",
                    speed: float = 1.0) -> list[str | Segment]:
         """Upstream reads the whole text at once: S1's generate_long (fish-speech 0.1.0) puts it in one
-        TextPart; S2's (head) makes one batch of it unless speaker turns exceed 5 or chunk_length bytes
-        (those later batches see the earlier ones' codes: not reproduced, the text stays one segment)."""
+        TextPart (S2's batches: FishS2Engine.split_text)."""
         return [text]
 
     def voice(self, ctx: RequestContext, chunk: Chunk) -> tuple[str | None, Tensor | None]:
@@ -161,11 +161,19 @@ class FishSpeechEngine(Engine):
         s.validate()
         ref_text, ref_codes = self.voice(ctx, chunk)
         tok = self.bundle.tokenizer
-        prompt = self.prompt_builder(tok, chunk.text, self.bundle.config.num_codebooks, ref_text, ref_codes)
+        prompt = self.prompt(chunk, ref_text, ref_codes)
         codes = self.codes(ctx, prompt, len(tok.encode(chunk.text)), s, chunk.progress)
+        self.generated(chunk, codes)
         if codes.shape[1] == 0:
             return torch.zeros(0)
         return self.decode(ctx, codes)
+
+    def prompt(self, chunk: Chunk, ref_text: str | None, ref_codes: Tensor | None) -> Tensor:
+        return self.prompt_builder(self.bundle.tokenizer, chunk.text, self.bundle.config.num_codebooks,
+                                   ref_text, ref_codes)
+
+    def generated(self, chunk: Chunk, codes: Tensor) -> None:
+        """What a later segment of the same request needs of this one's codes (S2: its batch history)."""
 
 
 
@@ -183,3 +191,26 @@ class FishS2Engine(FishSpeechEngine):
                                        dialogue_turn="<|speaker:{n}|>{text}")
     sampling = S2Sampling
     prompt_builder = staticmethod(build_chat_prompt)
+    # upstream seeds once per generate_long: every batch draws on from the same stream
+    ONE_STREAM = True
+
+    def split_text(self, text: str, reference: Reference | None = None,
+                   reference_text: str | None = None, language: str = "auto",
+                   speed: float = 1.0) -> list[str | Segment]:
+        """Upstream's batches (split_text_by_speaker, group_turns_into_batches with 5 speakers and 512
+        bytes): one segment per batch; text without speaker tags is one segment as it is."""
+        turns = split_turns(text)
+        return group_batches(turns) if turns else [text]
+
+    def prompt(self, chunk: Chunk, ref_text: str | None, ref_codes: Tensor | None) -> Tensor:
+        """The chat prompt with the request's earlier batches as earlier conversation turns (their text and
+        the codes generated for them), as upstream's generate_long carries them."""
+        history = chunk.cache.get("s2_batches", {})
+        earlier = [history[i] for i in range(chunk.index)] if chunk.segmented else []
+        more = {"history": earlier} if earlier else {}
+        return self.prompt_builder(self.bundle.tokenizer, chunk.text, self.bundle.config.num_codebooks,
+                                   ref_text, ref_codes, **more)
+
+    def generated(self, chunk: Chunk, codes: Tensor) -> None:
+        if chunk.segmented and chunk.count > 1:     # by index: a segment retried after an OOM replaces its own
+            chunk.cache.setdefault("s2_batches", {})[chunk.index] = (chunk.text, codes)

@@ -34,6 +34,12 @@ CASES = {
 }
 MAX_NEW = 24
 AUDIO_FRAMES = 6
+# More than 5 speaker turns: upstream's generate_long makes batches of 5 turns, each later batch seeing the
+# earlier batches' text and generated codes as earlier conversation turns, all drawn from one seeded stream.
+DIALOGUE = ("opening words dropped <|speaker:0|>One. <|speaker:1|>Two, 二。 <|speaker:0|>Three! "
+            "<|speaker:1|>Four? <|speaker:2|>Five. <|speaker:0|>Six, 六。 <|speaker:1|>Seven.")
+# name: (text, clone, sampling options, seed, max_new_tokens)
+BATCHED = {"dialogue_clone": (DIALOGUE, True, {"temperature": 0.7, "top_p": 0.9, "top_k": 30}, 17, 12)}
 
 
 def _load(name: str, path: Path):
@@ -134,6 +140,26 @@ def main() -> None:
         assert len(codes) == 1, f"{name}: {len(codes)} batches"
         out["cases"][name] = {"prompt": captured["prompt"].long(), "codes": codes[0].long()}
         print(name, "frames:", codes[0].shape[1])
+    captured["prompts"] = []
+
+    def spy_all(**kw):
+        captured["prompts"].append(kw["prompt"].clone())
+        return real_generate(**kw)
+    inf.generate = spy_all
+    out["batched"] = {}
+    for name, (text, clone, options, seed, max_new) in BATCHED.items():
+        lm._cache_setup_done = False
+        captured["prompts"] = []
+        torch.manual_seed(seed)
+        responses = list(inf.generate_long(
+            model=lm, device="cpu", decode_one_token=inf.decode_one_token_ar, text=text, max_new_tokens=max_new,
+            prompt_text=[REF_TEXT] if clone else None, prompt_tokens=[ref_codes] if clone else None, **options))
+        samples = [r for r in responses if r.action == "sample"]
+        assert len(samples) > 1, f"{name}: {len(samples)} batch"
+        out["batched"][name] = {"batches": [r.text for r in samples], "codes": [r.codes.long() for r in samples],
+                                "prompts": [p.long() for p in captured["prompts"]]}
+        print(name, "batches:", len(samples), "frames:", [r.codes.shape[1] for r in samples])
+    inf.generate = real_generate
     with torch.inference_mode():
         codes = out["cases"]["clone_sampled"]["codes"][:, :AUDIO_FRAMES]    # a few frames keep the file small
         out["audio"] = codec.from_indices(codes[None].clone())[0, 0]

@@ -175,3 +175,45 @@ from engines_native.test_conformance import (  # noqa: E402  (run here with the 
     test_declared_capabilities_are_honoured_and_the_rest_refused as test_s2_conformance_capabilities,
     test_streamed_half_and_resident_equal_the_plain_run_and_estimates_cover_the_peak as test_s2_conformance_streaming,
 )
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("name", sorted(s2_golden.BATCHED))
+def test_more_than_five_speakers_equal_the_heads_batches(folder, bundle, name):
+    """Speaker-tagged text of more than 5 turns through the Speak pipeline: one segment per upstream batch, each
+    later batch's prompt carrying the earlier batches' text and generated codes as earlier conversation turns,
+    every batch drawn on from the one seeded stream; prompts and codes equal the head's, the audio is the
+    codec's decode of those codes joined as upstream concatenates them."""
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+    text, clone, options, seed, max_new = s2_golden.BATCHED[name]
+    golden = GOLDEN["batched"][name]
+    engine = FishS2Engine(bundle, ModelManager(DeviceService()))
+    assert engine.split_text(text) == golden["batches"]
+    seen = []
+    real = engine.codes
+
+    def spy(ctx, prompt, *args, **kw):
+        codes = real(ctx, prompt, *args, **kw)
+        seen.append((prompt, codes))
+        return codes
+    engine.codes = spy
+    ref = {"waveform": s2_golden.reference_wave()[None, None], "sample_rate": 44100} if clone else None
+    wav, meta = synthesize(engine, SpeakRequest(text=text, seed=seed, reference=ref,
+                                                reference_text=s2_golden.REF_TEXT if clone else None,
+                                                options={**options, "max_new_tokens": max_new}))
+    assert meta["chunks"] == len(golden["batches"]) == len(seen)
+    for i, ((prompt, codes), up_prompt, up_codes) in enumerate(zip(seen, golden["prompts"], golden["codes"])):
+        assert torch.equal(prompt, up_prompt), f"batch {i}: prompt"
+        assert torch.equal(codes, up_codes), f"batch {i}: codes"
+    with torch.inference_mode():
+        expected = torch.cat([bundle.codec.decode(c) for c in golden["codes"]])
+    assert torch.equal(wav, expected)
+
+
+def test_batches_follow_upstreams_grouping():
+    from mizuoto.nodes.fish_speech.generate import group_batches, split_turns
+    turns = [f"<|speaker:{i % 2}|>t{i}" for i in range(11)]
+    assert [b.count("\n") + 1 for b in group_batches(turns)] == [5, 5, 1]
+    assert group_batches(["<|speaker:0|>" + "x" * 300, "<|speaker:1|>" + "y" * 300]) == \
+        ["<|speaker:0|>" + "x" * 300, "<|speaker:1|>" + "y" * 300]          # past 512 bytes: a new batch
+    assert split_turns("no tags") == [] and FishS2Engine.split_text(None, "no tags") == ["no tags"]

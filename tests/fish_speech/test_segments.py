@@ -1,5 +1,6 @@
-"""Fish Speech reads the whole text as one segment, as upstream's generate_long does (S1: one TextPart; S2:
-one batch), and S2's user text is upstream's batch (fixtures/segments.json from make_segment_fixtures.py)."""
+"""Fish Speech segments text as upstream's generate_long does: S1 reads it whole (one TextPart); S2 one segment
+per batch of split_text_by_speaker / group_turns_into_batches (5 turns, 512 bytes), each segment's user text
+upstream's batch text (fixtures/segments.json from make_segment_fixtures.py)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mizuoto.nodes.fish_speech.generate import SPEAKER_TAG, speaker_turns
+from mizuoto.nodes.fish_speech.generate import speaker_turns
 from mizuoto.nodes.fish_speech.phases import FishS2Engine, FishSpeechEngine
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "segments.json").read_text())
@@ -18,14 +19,10 @@ def test_the_fixture_covers_enough_cases():
 
 
 @pytest.mark.parametrize("case", FIXTURE, ids=lambda c: c["text"][:20])
-def test_one_segment_and_upstreams_batch(case):
+def test_segments_are_upstreams_batches(case):
     text = case["text"]
-    for engine in (FishSpeechEngine, FishS2Engine):
-        assert engine.split_text(None, text) == [text]
+    assert FishSpeechEngine.split_text(None, text) == [text]
     upstream = case["batches_512"]
-    if len(upstream) == 1:
-        assert speaker_turns(text) == upstream[0]
-    else:
-        # upstream's later batches see the earlier ones' codes, which one segment per request cannot
-        # reproduce: only texts of more than 5 speaker turns get here
-        assert len(SPEAKER_TAG.findall(text)) > 5
+    segments = FishS2Engine.split_text(None, text)
+    assert len(segments) == len(upstream)
+    assert [speaker_turns(s) for s in segments] == upstream
