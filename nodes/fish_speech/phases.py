@@ -36,8 +36,8 @@ from .loader import FishBundle
 # The languages S1 was trained on; the model reads the language from the text itself (no language input).
 LANGUAGES = ("auto", "en", "zh", "ja", "ko", "fr", "de", "ar", "es", "ru", "nl", "it", "pl", "pt")
 
-# S2's generate_long puts at most 5 speakers' turns in one batch (group_turns_into_batches): a native
-# dialogue of one request stays within what upstream reads at once
+# Voices (references) in one native dialogue: every reference sits in the system prompt of every batch,
+# so their codes bound the context; five, as many as upstream's batches hold speaker turns
 MAX_SPEAKERS = 5
 FRAMES_PER_TEXT_TOKEN = 12   # ~21.5 frames/s; BPE text runs 2-4 tokens/s of speech, the estimate leaves room
 MB = 1 << 20
