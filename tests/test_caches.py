@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mizuoto.nodes.pack.caches import ByteCache, model_fingerprint
-from mizuoto.nodes.pack.pipeline import SpeakRequest, request_key
+from mizuoto.nodes.pack.pipeline import SpeakRequest, request_keys
 
 
 def test_entries_are_private_copies_and_the_least_recent_goes_first():
@@ -49,17 +49,17 @@ def test_keys_follow_the_voice_the_settings_and_the_model_files(tmp_path):
     model = _Model(tmp_path)
     ref = {"waveform": torch.ones(1, 1, 100) * 0.5, "sample_rate": 24000}
     req = SpeakRequest("Hello.", seed=1, reference=ref, reference_text="hi")
-    voice = request_key(model, req, with_text=False)
-    assert voice == request_key(model, dataclasses.replace(req, text="Other.", seed=9), with_text=False)
-    assert voice != request_key(model, dataclasses.replace(req, options={"steps": 4}), with_text=False)
+    voice = request_keys(model, req)[0]
+    assert voice == request_keys(model, dataclasses.replace(req, text="Other.", seed=9))[0]
+    assert voice != request_keys(model, dataclasses.replace(req, options={"steps": 4}))[0]
     louder = {"waveform": ref["waveform"] * 1.001, "sample_rate": 24000}
-    assert voice != request_key(model, dataclasses.replace(req, reference=louder), with_text=False)
-    segment = request_key(model, req, with_text=True)
-    assert segment != request_key(model, dataclasses.replace(req, seed=2), with_text=True)
+    assert voice != request_keys(model, dataclasses.replace(req, reference=louder))[0]
+    segment = request_keys(model, req)[1]
+    assert segment != request_keys(model, dataclasses.replace(req, seed=2))[1]
     before = model_fingerprint(tmp_path)
     os.utime(tmp_path / "model.safetensors", ns=(1, 1))      # the weights replaced in place
     assert model_fingerprint(tmp_path) != before
-    assert request_key(model, req, with_text=True) != segment
+    assert request_keys(model, req)[1] != segment
     assert model_fingerprint(None) == ""
 
 

@@ -1,6 +1,6 @@
 """What the pack keeps between requests: what engines derived from a voice, and finished segments' audio.
 
-    key = request_key(model, request, with_text=False)     # pipeline.py: the voice and settings, not the text
+    key, _ = request_keys(model, request)                  # pipeline.py: the voice and settings, not the text
     prompts = runtime.prompts.get(key)                     # a private copy, or None
     ...
     runtime.prompts.put(key, prompts)

@@ -249,15 +249,16 @@ def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], 
     returns the audio of an identical earlier request (same model files, inputs and seed) from the
     segment cache without running the model; meta["cached"] says so. `on_audio`: see `synthesize`."""
     runtime = model.runtime
-    segment_key = request_key(model, req, with_text=True) if reuse else None
-    if segment_key is not None:
+    voiced = req.reference is not None or bool(req.speakers)
+    prompt_key, segment_key = request_keys(model, req) if reuse or voiced else (None, None)
+    if reuse:
         hit = runtime.segments.get(segment_key)
         if hit is not None:
             wav, meta = hit
             if on_audio is not None:
                 on_audio(wav, meta["sample_rate"])
             return wav, {**meta, "cached": True}
-    prompt_key = request_key(model, req, with_text=False) if req.reference is not None or req.speakers else None
+    prompt_key = prompt_key if voiced else None
     prompts = runtime.prompts.get(prompt_key) if prompt_key is not None else None
     fresh = prompts is None
     prompts = {} if prompts is None else prompts
@@ -276,21 +277,22 @@ def speak(model: LoadedModel, req: SpeakRequest, progress: Callable[[int, int], 
     meta = {"model": model.name, "engine": model.spec.engine_id, **meta,
             "voice_prompt": "none" if prompt_key is None or not prompts else "computed" if fresh else "reused"}
     runtime.last_meta = meta
-    if segment_key is not None:
+    if reuse:
         runtime.segments.put(segment_key, (wav, meta))
     return wav, {**meta, "cached": False}
 
 
-def request_key(model: LoadedModel, req: SpeakRequest, *, with_text: bool) -> str:
-    """The model (and its files) and every input of `req`; without the text and seed (`with_text=False`)
-    it names what a voice prompt depends on: the same voice read with the same settings."""
+def request_keys(model: LoadedModel, req: SpeakRequest) -> tuple[str, str]:
+    """(voice key, segment key): the model (and its files) and every input of `req` but the text and seed,
+    which names what a voice prompt depends on (the same voice read with the same settings); then the
+    same with the text and seed, which names the request's audio. The files and samples are read once."""
     parts = {"model": model.key, "files": model_fingerprint(model.request.folder), "speed": req.speed,
              "language": req.language, "voice": req.voice, "reference": plain(req.reference),
              "reference_text": req.reference_text, "instruction": req.instruction,
              "options": plain(req.options), "settings": plain(req.settings or {}), "speakers": plain(req.speakers)}
-    if with_text:
-        parts |= {"text": req.text, "seed": req.seed}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    voice = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    segment = hashlib.sha256(json.dumps([voice, req.text, req.seed]).encode()).hexdigest()
+    return voice, segment
 
 
 def _within(progress, i: int, count: int):
