@@ -6,8 +6,8 @@ Needs a venv with both the pack and hibari-tts *with* onnxruntime (the test venv
 in its own subprocess (so peak RSS is its own): load, one warm-up, then the same sentences
 `--repeats` times; each call is text -> waveform (G2P + acoustic model + DSP). x realtime = seconds
 of audio / wall seconds (median repeat). Peak RSS = getrusage ru_maxrss of that subprocess.
-The two are not numerically the same model: hibari runs int8 weights with int8 activations
-(MatMulInteger), we run the dequantized fp32 weights in fp32.
+Both run the int8 Linear layers the same way (int8 weights, activations quantized per call, integer
+matmul: nodes/blocks/int8.py); the rest is float32 on each side's own kernels.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def test_speak_writes_a_plausible_wav(tmp_path):
 def test_speak_on_a_simulated_gpu_streams_and_reports(tmp_path, capsys):
     from mizuoto.cli import main
 
-    assert main(["speak", "Streaming keeps every sample.", "-o", str(tmp_path / "a.wav"), "--simulate-vram-mb", "24"]) == 0
+    assert main(["speak", "Streaming keeps every sample.", "-o", str(tmp_path / "a.wav"), "--simulate-vram-mb", "10"]) == 0
     assert '"reason": "budget"' in capsys.readouterr().out
 
 

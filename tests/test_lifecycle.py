@@ -37,7 +37,7 @@ def speak(model, text: str = TEXT) -> torch.Tensor:
 @pytest.fixture
 def runtime(request):
     """A pack runtime on a strict simulated GPU of `request.param` MB (smaller than the voice: it streams)."""
-    policy = VramPolicy({"compute.simulate_vram_mb": getattr(request, "param", 16)})
+    policy = VramPolicy({"compute.simulate_vram_mb": getattr(request, "param", 10)})
     with use_runtime(build_runtime(policy, strict=True)) as rt:
         yield rt
 
@@ -48,7 +48,7 @@ def test_the_same_loader_output_speaks_after_every_kind_of_eviction(runtime):
     (model,) = NODE_CLASS_MAPPINGS["MizuotoLoadHibari"]().load("fp32", "auto")
     first = speak(model)
     meta = runtime.last_meta
-    assert meta["memory"]["streamed_mb"] > 0 and meta["memory"]["partial"], "16 MB of 23 MB: it must stream"
+    assert meta["memory"]["streamed_mb"] > 0 and meta["memory"]["partial"], "10 MB for 7.3 MB of weights and ~12 MB of working memory: it must stream"
     service = runtime.service
 
     def evicted_by_ram_relief():

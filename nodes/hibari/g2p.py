@@ -43,7 +43,7 @@ class OovNet(nn.Module):
         self.labels = labels
         self.emb = nn.Embedding(chars, dim)
         self.pos = nn.Embedding(maxlen, dim)
-        self.layers = nn.ModuleList([TransformerLayer(dim, heads=4, ff=3 * dim) for _ in range(layers)])
+        self.layers = nn.ModuleList([TransformerLayer(dim, heads=4, ff=3 * dim, linear=nn.Linear) for _ in range(layers)])
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 4 * labels)
 

@@ -2,9 +2,10 @@
 
 The files are located with importlib's finder only, so nothing of hibari (or onnxruntime) is imported.
 `hibari.onnx` stores 45 Linear weights int8 (per-tensor scale, zero point 0, transposed to [in, out]
-for MatMulInteger) and everything else fp32. We dequantize to fp32 (int8 x scale, the exact float32
-product), map every initializer onto the torch module and load strictly. The converted state dict is
-cached as safetensors keyed by the ONNX file's sha256.
+for MatMulInteger) and everything else fp32. The int8 weights stay int8 (transposed back to [out, in],
+with their scales: the model runs them as onnxruntime does), every initializer is mapped onto the torch
+module and loaded strictly. The converted state dict is cached as safetensors keyed by the ONNX file's
+sha256.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ HIBARI_ONNX = "hibari.onnx"
 HIBARI_ONNX_SHA256 = "5f70741d4e900f4e85d0037498736cc1b3e1b9a63a13546a5da1e63abf4fccd8"
 OOV_ONNX = "oov.onnx"
 OOV_ONNX_SHA256 = "d3cfd8122c5f172a98c8de38268bf1213ee09f2c2ae4df6e055fc6532590fe76"
-CACHE_FORMAT = "2"   # bump when the state-dict layout changes (2: content hash in the metadata)
+CACHE_FORMAT = "3"   # bump when the state-dict layout changes (2: content hash in the metadata; 3: int8 weights)
 
 # ONNX initializer prefixes -> our module names (pn = ProsodyNet, m = the decoder in hibari's export)
 _PREFIXES = {"pn.": "prosody.", "m.": "decoder."}
@@ -67,11 +68,13 @@ def _rename(name: str) -> str:
 
 
 def linear_weights(graph: Graph) -> tuple[dict[str, np.ndarray], set[str]]:
-    """Weights of the Linear layers: every MatMul / MatMulInteger whose right operand is an initializer.
+    """Weights of the Linear layers: every MatMul / MatMulInteger whose right operand is an initializer,
+    transposed to [out, in]: float32 weights as they are, int8 ones with their per-tensor scale
+    (`x.weight_scale`, for `Int8Linear`).
 
     The weight initializers carry no module name, so each is named after the bias initializer its
-    result is added to (`x.bias` -> `x.weight`), following the graph. Returns {name: fp32 [out, in]}
-    in ONNX naming and the initializer names consumed (weights, scales, zero points).
+    result is added to (`x.bias` -> `x.weight`), following the graph. Returns {name: array} in ONNX
+    naming and the initializer names consumed (weights, scales, zero points).
     """
     inits = graph.initializers
     producer = {o: n for n in graph.nodes for o in n.outputs}
@@ -92,19 +95,21 @@ def linear_weights(graph: Graph) -> tuple[dict[str, np.ndarray], set[str]]:
         if node.op_type not in ("MatMul", "MatMulInteger") or node.inputs[1] not in inits:
             continue
         if node.op_type == "MatMul":
-            w = inits[node.inputs[1]].astype(np.float32)
+            w, scale = inits[node.inputs[1]].astype(np.float32), None
             used.add(node.inputs[1])
             result = node.outputs[0]
         else:
             # MatMulInteger(xq, wq, xzp, wzp) -> Cast -> Mul(., x_scale * w_scale) -> Add(bias, .)
             wq_name, wzp_name = node.inputs[1], node.inputs[3]
-            wq, wzp = inits[wq_name], inits[wzp_name]
-            if wq.dtype != np.int8 or wzp.dtype != np.int8 or np.any(wzp != 0):
+            w, wzp = inits[wq_name], inits[wzp_name]
+            if w.dtype != np.int8 or wzp.dtype != np.int8 or np.any(wzp != 0):
                 raise OnnxFormatError(f"{wq_name}: expected int8 weights with zero point 0")
             mul = only_consumer(only_consumer(node.outputs[0], "Cast").outputs[0], "Mul")
             scales = producer[next(i for i in mul.inputs if i in producer and producer[i].op_type == "Mul")]
             scale_name = next(i for i in scales.inputs if i in inits)
-            w = wq.astype(np.float32) * inits[scale_name].astype(np.float32)    # per-tensor, zero point 0
+            scale = inits[scale_name].astype(np.float32)
+            if scale.size != 1:
+                raise OnnxFormatError(f"{scale_name}: expected one per-tensor scale, got shape {list(scale.shape)}")
             used.update((wq_name, wzp_name, scale_name))
             result = mul.outputs[0]
         add = only_consumer(result, "Add")
@@ -113,14 +118,16 @@ def linear_weights(graph: Graph) -> tuple[dict[str, np.ndarray], set[str]]:
             raise OnnxFormatError(f"MatMul {node.name!r}: no bias initializer after it to name its weight")
         name = bias[: -len("bias")] + "weight"
         w = np.ascontiguousarray(w.T)                            # stored [in, out] for x @ W; Linear wants [out, in]
-        if name in weights and not np.array_equal(weights[name], w):
-            raise OnnxFormatError(f"{name}: the same bias is added to two different weights")
-        weights[name] = w
+        parts = [(name, w)] if scale is None else [(name, w), (name + "_scale", scale.reshape(()))]
+        for key, value in parts:
+            if key in weights and not np.array_equal(weights[key], value):
+                raise OnnxFormatError(f"{key}: the same bias is added to two different weights")
+            weights[key] = value
     return weights, used
 
 
 def onnx_state_dict(path: Path, rename=_rename) -> dict[str, torch.Tensor]:
-    """Every initializer of an ONNX file as a torch state dict (Linear weights dequantized to fp32)."""
+    """Every initializer of an ONNX file as a torch state dict (Linear weights int8 with their scales)."""
     graph = read_model(path).graph
     weights, used = linear_weights(graph)
     state = {rename(k): torch.from_numpy(v) for k, v in weights.items()}
@@ -178,7 +185,7 @@ def _write_cache(path: Path, state: dict[str, torch.Tensor], sha256: str) -> Non
 
 
 def load_state_dict(onnx_path: Path | None = None, *, use_cache: bool = True) -> dict[str, torch.Tensor]:
-    """The verified, converted fp32 state dict of hibari.onnx (from the cache when present)."""
+    """The verified, converted state dict of hibari.onnx (from the cache when present)."""
     path = Path(onnx_path) if onnx_path else package_assets() / HIBARI_ONNX
     verify_file(path, HIBARI_ONNX_SHA256)
     cached = _cache_path(HIBARI_ONNX_SHA256)

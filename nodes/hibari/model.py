@@ -10,8 +10,12 @@ Two nets trained separately and exported as one graph:
 
 Each text encoder has ONE pre-norm transformer layer that is applied several times (6 in ProsodyNet,
 4 in the decoder), as trained: it is one module called N times. Every weight is read inside the
-forward of the nn.Linear / nn.Conv1d / nn.Embedding / nn.LayerNorm that owns it, so a weight-streaming
+forward of the Int8Linear / nn.Conv1d / nn.Embedding / nn.LayerNorm that owns it, so a weight-streaming
 runtime can hook them; only the ConvNeXt layer scales (`gamma`) are read by their block directly.
+
+The 45 Linear layers keep the file's int8 weights and run as onnxruntime runs them (activations
+quantized per call, integer matmul: `nodes/blocks/int8.py`), so each equals hibari's own int8 path;
+everything else is float in the model's dtype.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ..blocks.int8 import Int8Linear
 
 VOCAB = 178          # Kokoro's phoneme vocabulary size (ids 0..177; 0 is the pad at both ends)
 SPEC_BINS = 601      # n_fft 1200 // 2 + 1
@@ -33,8 +39,8 @@ class ConvNeXtBlock(nn.Module):
         super().__init__()
         self.dw = nn.Conv1d(dim, dim, kernel, padding=dilation * (kernel - 1) // 2, dilation=dilation, groups=dim)
         self.norm = nn.LayerNorm(dim)
-        self.pw1 = nn.Linear(dim, hidden)
-        self.pw2 = nn.Linear(hidden, dim)
+        self.pw1 = Int8Linear(dim, hidden)
+        self.pw2 = Int8Linear(hidden, dim)
         self.gamma = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:          # [B, C, T]
@@ -46,11 +52,11 @@ class ConvNeXtBlock(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head self-attention without mask (one unpadded sequence), packed q/k/v projection."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, linear: type[nn.Module] = Int8Linear):
         super().__init__()
         self.heads = heads
-        self.in_proj = nn.Linear(dim, 3 * dim)
-        self.out_proj = nn.Linear(dim, dim)
+        self.in_proj = linear(dim, 3 * dim)
+        self.out_proj = linear(dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:          # [B, T, C]
         B, T, C = x.shape
@@ -62,15 +68,16 @@ class SelfAttention(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Pre-norm transformer encoder layer with a GELU feed-forward (torch's norm_first=True layout)."""
+    """Pre-norm transformer encoder layer with a GELU feed-forward (torch's norm_first=True layout);
+    `linear`: Int8Linear in the acoustic model, nn.Linear in the G2P's float unknown-word net."""
 
-    def __init__(self, dim: int, heads: int, ff: int):
+    def __init__(self, dim: int, heads: int, ff: int, linear: type[nn.Module] = Int8Linear):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.self_attn = SelfAttention(dim, heads)
+        self.self_attn = SelfAttention(dim, heads, linear)
         self.norm2 = nn.LayerNorm(dim)
-        self.linear1 = nn.Linear(dim, ff)
-        self.linear2 = nn.Linear(ff, dim)
+        self.linear1 = linear(dim, ff)
+        self.linear2 = linear(ff, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:          # [B, T, C]
         x = x + self.self_attn(self.norm1(x))
@@ -134,7 +141,7 @@ class Decoder(nn.Module):
         self.dec_in = nn.Conv1d(text_dim + 2, dim, 7, padding=3)
         self.dec = nn.ModuleList([ConvNeXtBlock(dim, 3 * dim, 7) for _ in range(blocks)])
         self.dec_norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, len(SPEC_PARTS) * SPEC_BINS)
+        self.head = Int8Linear(dim, len(SPEC_PARTS) * SPEC_BINS)
 
     def forward(self, ids: torch.Tensor, index: torch.Tensor, f0: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
         text = self.text(ids)[:, :, index].repeat_interleave(2, dim=2)    # 25 ms -> 12.5 ms frames

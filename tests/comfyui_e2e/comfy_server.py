@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACK_DIR_NAME = "zz-Odd.Clone_name"  # dots, dashes, mixed case: ComfyUI imports a pack by its folder name
 # (no spaces: ComfyUI itself cannot serve /extensions/<name with a space>/, whatever the pack does)
-SIMULATED_VRAM_MB = 26  # MB: below the acoustic model (23.5 MB) plus its working memory
+SIMULATED_VRAM_MB = 10  # MB: below the acoustic model (7.3 MB) plus its working memory (~12 MB)
 
 
 def comfyui_path() -> Path | None:

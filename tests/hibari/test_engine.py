@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from mizuoto.nodes.blocks.int8 import Int8Linear
 from mizuoto.nodes.hibari.g2p import MAX_PHONEMES, split_phonemes
 
 SENTENCES = [
@@ -147,8 +148,8 @@ def test_weights_are_read_only_inside_their_owners_forward(voice):
             p.data = real[(id(module), name)]
 
     def swap_out(module, args, out):
-        for name, p in module.named_parameters(recurse=False):
-            p.data = torch.full_like(p.data, math.nan)
+        for name, p in module.named_parameters(recurse=False):        # NaN, or 0 for the int8 weights
+            p.data = torch.full_like(p.data, math.nan if p.is_floating_point() else 0)
 
     try:
         for module in model.modules():
@@ -160,7 +161,7 @@ def test_weights_are_read_only_inside_their_owners_forward(voice):
             swap_out(module, None, None)
             handles += [module.register_forward_pre_hook(swap_in), module.register_forward_hook(swap_out)]
         kinds = {type(m).__name__ for m in model.modules() if list(m.parameters(recurse=False))}
-        assert kinds == {"Linear", "Conv1d", "Embedding", "LayerNorm", "ConvNeXtBlock"}   # block: its gamma
+        assert kinds == {"Int8Linear", "Conv1d", "Embedding", "LayerNorm", "ConvNeXtBlock"}   # block: its gamma
         with torch.inference_mode():
             out = model(ids, 1.0)
     finally:
@@ -175,7 +176,7 @@ def test_weights_are_read_only_inside_their_owners_forward(voice):
 def test_model_structure(voice):
     model = voice.model
     modules = list(model.modules())
-    assert sum(isinstance(m, torch.nn.Linear) for m in modules) == 45
+    assert sum(isinstance(m, Int8Linear) for m in modules) == 45
     assert sum(isinstance(m, torch.nn.Conv1d) for m in modules) == 23
     assert sum(isinstance(m, torch.nn.Embedding) for m in modules) == 2
     assert len(model.decoder.dec) == 8 and len(model.prosody.pro) == 6
