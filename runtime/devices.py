@@ -119,12 +119,25 @@ class Tracking:
     own: bool = True
 
 
+def _same_mode(value: torch.Tensor, inference: bool) -> torch.Tensor:
+    """`value`'s storage as an inference tensor or a normal one, as `inference` says, without a copy.
+
+    A weight built under inference mode (ComfyUI runs loaders in it) that is given a normal tensor's data
+    is left with neither kind's version counter: any view taken of it in Python (`weight.t()`) fails."""
+    if value.is_inference() == inference:
+        return value
+    with torch.inference_mode(inference), torch.no_grad():
+        out = torch.empty(0, dtype=value.dtype, device=value.device)
+        return out.set_(value.untyped_storage(), value.storage_offset(), value.shape, value.stride())
+
+
 def assign(t: torch.Tensor, value: torch.Tensor) -> None:
     """Make `t` (a parameter or buffer, identity kept) hold `value`'s data.
 
     `.data` cannot move a tensor between `meta` and a real device, so strict mode swaps the tensor
     objects' contents instead; other devices use a plain `.data` swap.
     """
+    value = _same_mode(value, t.is_inference())
     if (t.device.type == "meta") == (value.device.type == "meta"):
         t.data = value
         return

@@ -95,3 +95,41 @@ def test_streamed_units_do_not_fill_the_autocast_cache():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(out, model(torch.ones(1, 64)))
     assert not torch.equal(out.float(), plain)   # autocast did apply
+
+
+class PythonView(nn.Module):
+    """A layer that takes a view of its weight in Python (`weight.t()`), as int8 and fused kernels do."""
+
+    STREAMABLE = True
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(32, 32) / 6, requires_grad=False)
+
+    def forward(self, x):
+        return torch.tanh(x @ self.weight.t())
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("residency", ["half", "none"])
+def test_a_model_built_under_inference_mode_streams_as_it_was_built(strict, residency):
+    """ComfyUI runs loaders under torch.inference_mode, so a model's weights are inference tensors: given
+    a normal tensor's data, a weight would lose its version counter and `weight.t()` would fail."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        model = nn.Sequential(*[PythonView() for _ in range(4)])
+        x = torch.randn(3, 32)
+        plain = model(x)
+    handle = ModelHandle(model, "views", min_unit_bytes=UNIT, tiny_unit_bytes=UNIT)
+    mode, capacity = residency_capacity(handle, residency)
+    manager = ModelManager(DeviceService(simulate={"cpu": capacity}, strict=strict),
+                           VramPolicy({"compute.vram_mode": mode}))
+    manager.register(handle, engine="test", device="cpu")
+    with torch.inference_mode(), manager.request() as ctx:
+        out = ctx.run("views", [handle], lambda: model(x), memory=WORKING)
+        again = ctx.run("views", [handle], lambda: model(x), memory=WORKING)
+    assert handle.partial and torch.equal(out, plain) and torch.equal(again, plain)
+    manager.unregister(handle)
+    assert all(p.is_inference() for p in model.parameters())
+    with torch.inference_mode():
+        assert torch.equal(model(x), plain)
