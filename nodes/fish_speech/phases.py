@@ -39,6 +39,7 @@ LANGUAGES = ("auto", "en", "zh", "ja", "ko", "fr", "de", "ar", "es", "ru", "nl",
 # Voices (references) in one native dialogue: every reference sits in the system prompt of every batch,
 # so their codes bound the context; five, as many as upstream's batches hold speaker turns
 MAX_SPEAKERS = 5
+GENERATION_ROOM = 2048  # generate_long (fish-speech 2.0 and S2): a prompt may use max_seq_len minus this
 FRAMES_PER_TEXT_TOKEN = 12   # ~21.5 frames/s; BPE text runs 2-4 tokens/s of speech, the estimate leaves room
 MB = 1 << 20
 
@@ -112,6 +113,11 @@ class FishSpeechEngine(Engine):
     def codes(self, ctx: RequestContext, prompt: Tensor, text_tokens: int, sampling: Sampling,
               progress=None) -> Tensor:
         """The "generate" phase: prompt [1 + N, T] -> codes [N, frames]."""
+        limit = self.bundle.model.config.max_seq_len - GENERATION_ROOM
+        if prompt.shape[1] > limit:  # upstream's generate_long refuses it the same way, before generating
+            raise ValueError(f"text and reference: the prompt is {prompt.shape[1]} tokens, more than this model's "
+                             f"max_seq_len - {GENERATION_ROOM} = {limit} (upstream keeps {GENERATION_ROOM} positions "
+                             f"for the speech); use a shorter reference clip or split the text")
         kind = self.kv_cache(ctx)
 
         def run() -> Tensor:

@@ -152,3 +152,17 @@ def test_speak_pipeline_chunks_resamples_and_checks(folder):
         synthesize(e, SpeakRequest(text="Hi.", reference=ref))
     with pytest.raises(ValueError, match="options"):
         synthesize(e, SpeakRequest(text="Hi.", options={"top_k": 5}))
+
+
+def test_a_prompt_past_upstreams_room_for_speech_is_refused_before_generating(tmp_path):
+    """generate_long keeps 2048 positions of max_seq_len for the speech and refuses a longer prompt."""
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+    e = engine(write_tiny_checkpoint(tmp_path / "short", seed=5, max_seq_len=2048 + 40))
+    calls = []
+    e.bundle.model.layers[0].register_forward_pre_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match=r"the prompt is \d+ tokens, more than this model's max_seq_len - 2048 = 40"):
+        synthesize(e, SpeakRequest(text="A sentence long enough to need more than forty prompt tokens of room. " * 2,
+                                   options=FAST))
+    assert calls == []  # nothing generated
+    wav, _ = synthesize(e, SpeakRequest(text="Hi.", options=FAST))
+    assert wav.numel() > 0 and calls  # a short prompt generates

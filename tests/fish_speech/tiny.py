@@ -74,7 +74,7 @@ def lm_config(**over) -> dict:
     ranks = len(train_ranks())
     cfg = {"model_type": "dual_ar", "vocab_size": ranks + len(SPECIAL), "n_layer": 2, "n_head": 4, "dim": 64,
            "intermediate_size": 128, "n_local_heads": 2, "head_dim": 16, "rope_base": 1000000.0, "norm_eps": 1e-6,
-           "max_seq_len": 512, "dropout": 0.0, "tie_word_embeddings": True, "attention_qkv_bias": False,
+           "max_seq_len": 2600, "dropout": 0.0, "tie_word_embeddings": True, "attention_qkv_bias": False,
            "attention_qk_norm": True, "codebook_size": 1024, "num_codebooks": 4, "use_gradient_checkpointing": True,
            "initializer_range": 0.02, "is_reward_model": False, "scale_codebook_embeddings": True,
            "n_fast_layer": 2, "fast_dim": 48, "fast_n_head": 4, "fast_n_local_heads": 2, "fast_head_dim": 12,
