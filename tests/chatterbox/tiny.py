@@ -1,0 +1,34 @@
+"""Tiny Chatterbox configurations and deterministic weights, shared by the tests and by make_fixtures.py
+(which runs in the reference venv, so this file needs only torch)."""
+from __future__ import annotations
+
+import torch
+
+# T3 backbone (upstream's LLAMA_CONFIGS entry) and its T3Config fields, at test size.
+TINY_LLAMA = dict(vocab_size=8, max_position_embeddings=131072, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, head_dim=16, num_key_value_heads=4,
+                  rms_norm_eps=1e-05, rope_theta=500000.0, tie_word_embeddings=False, hidden_act="silu",
+                  attention_bias=False, mlp_bias=False, model_type="llama", attn_implementation="sdpa",
+                  rope_scaling=dict(factor=8.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                                    original_max_position_embeddings=8192, rope_type="llama3"))
+TINY_PERCEIVER = dict(pre_attention_query_token=32, pre_attention_query_size=64, embedding_dim=64, num_attn_heads=4)
+
+T3_CASES = [  # (name, exaggeration, cfg_weight, with prompt tokens, seed)
+    ("default_voice_exag05", 0.5, 0.5, True, 11),
+    ("default_voice_exag09", 0.9, 0.5, True, 12),
+    ("no_prompt_exag03", 0.3, 0.3, False, 13),
+]
+TEXT_TOKENS = [255, 12, 40, 41, 7, 300, 2, 88, 0]
+MAX_NEW_TOKENS = 48
+
+
+def fill(state: dict[str, torch.Tensor], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights by name (sorted), the same on both sides whatever the module classes are."""
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(state[k].shape, generator=g) * 0.5 for k in sorted(state)}
+
+
+def conditioning_inputs(seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """A speaker embedding [1, 256] and 20 prompt speech tokens [1, 20]."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, 256, generator=g), torch.randint(0, 6561, (1, 20), generator=g)
