@@ -58,7 +58,24 @@ def t3_tokens(model, name: str, exaggeration: float, cfg: float, with_prompt: bo
     return out[0].tolist()
 
 
+def real_size_shapes() -> dict[str, dict[str, list[int]]]:
+    """Upstream's published T3 (English and multilingual), built on `meta`: names and shapes only."""
+    from chatterbox.models.t3 import t3
+    from chatterbox.models.t3.modules.t3_config import T3Config
+    from chatterbox.models.t3.modules import cond_enc
+    from chatterbox.models.t3.modules.perceiver import Perceiver
+    cond_enc.Perceiver = Perceiver          # the published sizes, not the tiny ones
+    out = {}
+    for name, hp in (("english", T3Config.english_only()), ("multilingual", T3Config.multilingual())):
+        with torch.device("meta"):
+            model = t3.T3(hp)
+        out[name] = {k: list(v.shape) for k, v in model.state_dict().items()}
+    return out
+
+
 def main() -> None:
+    real = Path(__file__).parent / "real_t3.json"
+    real.write_text(json.dumps(real_size_shapes(), indent=0) + "\n")
     model = upstream_t3()
     shapes = {k: list(v.shape) for k, v in model.state_dict().items()}
     cases = {name: t3_tokens(model, name, ex, cfg, wp, seed) for name, ex, cfg, wp, seed in tiny.T3_CASES}

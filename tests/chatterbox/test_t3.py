@@ -53,3 +53,13 @@ def test_exaggeration_changes_the_conditioning() -> None:
         a, b = model.conditioning(spk, prompt, 0.5), model.conditioning(spk, prompt, 0.9)
     assert a.shape == (1, 1 + 32 + 1, 64)
     assert torch.equal(a[:, :-1], b[:, :-1]) and not torch.equal(a[:, -1], b[:, -1])
+
+
+@pytest.mark.parametrize("variant,text_vocab", [("english", 704), ("multilingual", 2454)])
+def test_real_size_structure_is_upstreams(variant: str, text_vocab: int) -> None:
+    """Upstream's published T3 built on `meta` (recorded in real_t3.json) has exactly our names and shapes."""
+    real = json.loads((Path(__file__).parent / "real_t3.json").read_text())[variant]
+    with torch.device("meta"):
+        model = T3(T3Config(text_tokens_dict_size=text_vocab))
+    assert {k: list(v.shape) for k, v in model.state_dict().items()} == real
+    assert model.config.is_multilingual == (variant == "multilingual")
