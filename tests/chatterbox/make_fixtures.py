@@ -73,7 +73,27 @@ def real_size_shapes() -> dict[str, dict[str, list[int]]]:
     return out
 
 
+def voice_encoder_case() -> dict:
+    """Upstream VoiceEncoder (published size, weights by name) on tiny.voice_wav at 16 kHz, as
+    `prepare_conditionals` calls it, plus the LSTM alone on fixed partials."""
+    import librosa
+    from chatterbox.models.voice_encoder import VoiceEncoder
+    ve = VoiceEncoder().eval()
+    ve.load_state_dict(tiny.fill(ve.state_dict(), seed=3, scale=tiny.VE_SCALE))
+    wav = tiny.voice_wav().numpy()
+    trimmed = librosa.effects.trim(wav, top_db=20)[0]
+    emb = ve.embeds_from_wavs([wav], sample_rate=16000)
+    g = torch.Generator().manual_seed(4)
+    partials = torch.rand(3, 160, 40, generator=g)
+    with torch.inference_mode():
+        lstm = ve(partials)
+    return {"trimmed_samples": int(trimmed.shape[0]), "embedding": emb.mean(axis=0).tolist(),
+            "lstm_embeddings": lstm.tolist()}
+
+
 def main() -> None:
+    ve = Path(__file__).parent / "golden_ve.json"
+    ve.write_text(json.dumps(voice_encoder_case()) + "\n")
     real = Path(__file__).parent / "real_t3.json"
     real.write_text(json.dumps(real_size_shapes(), indent=0) + "\n")
     model = upstream_t3()
