@@ -91,7 +91,26 @@ def voice_encoder_case() -> dict:
             "lstm_embeddings": lstm.tolist()}
 
 
+def text_case(tmp: Path) -> dict:
+    """Upstream punc_norm (taken from tts.py's source: importing tts.py needs torchaudio) and EnTokenizer."""
+    import ast
+    import importlib.util
+    from chatterbox.models.tokenizers.tokenizer import EnTokenizer
+    source = Path(sys.modules["chatterbox"].__path__[0], "tts.py").read_text()
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "punc_norm")
+    scope: dict = {}
+    exec(compile(ast.Module([fn], []), "tts.py", "exec"), scope)
+    path = tmp / "tokenizer.json"
+    path.write_text(tiny.tokenizer_json())
+    tok = EnTokenizer(str(path))
+    return {t: {"norm": scope["punc_norm"](t), "ids": tok.encode(scope["punc_norm"](t))} for t in tiny.TEXTS}
+
+
 def main() -> None:
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        text = text_case(Path(tmp))
+    (Path(__file__).parent / "golden_text.json").write_text(json.dumps(text, ensure_ascii=False) + "\n")
     ve = Path(__file__).parent / "golden_ve.json"
     ve.write_text(json.dumps(voice_encoder_case()) + "\n")
     real = Path(__file__).parent / "real_t3.json"

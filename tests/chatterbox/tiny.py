@@ -49,3 +49,21 @@ def voice_wav(seed: int = 7, seconds: float = 3.0) -> torch.Tensor:
                                                                                              dtype=torch.float64)
     env = ((t > 0.4) & (t < seconds - 0.5)).double()
     return (voiced * env + 1e-4 * torch.randn(n, generator=g, dtype=torch.float64)).float()
+
+
+def tokenizer_json() -> str:
+    """A tokenizer.json in the published one's form (BPE, special tokens as added tokens), letters only."""
+    from tokenizers import AddedToken, Tokenizer, models
+    specials = ["[STOP]", "[UNK]", "[SPACE]", "[START]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"]
+    chars = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,!?'\"-")
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    merges = [("t", "h"), ("th", "e"), ("a", "n")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="[UNK]"))
+    tok.add_special_tokens([AddedToken(t, special=True) for t in specials])
+    return tok.to_str()
+
+
+TEXTS = ["hello there, the cat...", "", "  Many   spaces  here ", "Quotes “like” this; and – dashes: ok",
+         "Ends with a question?", "ünïcode ok"]
