@@ -1,5 +1,5 @@
 """Records tests/chatterbox/golden_t3.json from upstream `chatterbox-tts==0.1.7` (run in the reference venv,
-see README.md): `/work/venv-chatterbox/bin/python tests/chatterbox/make_fixtures.py`."""
+see README.md): `$CHATTERBOX_REF_PYTHON tests/chatterbox/make_fixtures.py`."""
 from __future__ import annotations
 
 import functools
