@@ -211,8 +211,7 @@ class ModelManager:
             pending = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group)
         need = pending + working + reserve
         if self.arbiter is not None:
-            minimum = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group) + working
-            self.arbiter.make_room(device, group, working, minimum)
+            self.arbiter.make_room(device, group, need)
         free = self.free_bytes(device, policy)
         if free < need:
             self.make_room(device, need - free, exclude=group, reason=", ".join(h.name for h in group), policy=policy)

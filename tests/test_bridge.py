@@ -8,7 +8,6 @@ import importlib
 import os
 import sys
 import types
-import weakref
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from torch import nn
 
 from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, VramPolicy
 from mizuoto.runtime.comfy.bridge import ComfyArbiter, apply_comfy_defaults
+from comfy_standin.pretend_gpu import pretend_gpu
 
 GiB = (1 << 30) // 64
 MB = 1 << 20
@@ -51,24 +51,7 @@ def comfy(request, monkeypatch):
     mm.unload_all_models()
     mm.current_loaded_models.clear()
     devices = DeviceService(simulate={str(FAKE): TOTAL}, strict=True)
-    others = weakref.WeakSet()  # ComfyUI's own models on the fake device
-    devices.memory(FAKE).external = lambda: sum(p.loaded_size() for p in others)
-    orig_is_cpu = mm.is_device_cpu
-
-    def free(dev=None, torch_free_too=False):
-        f = devices.free(FAKE)
-        return (f, 0) if torch_free_too else f
-
-    def total(dev=None, torch_total_too=False):
-        return (TOTAL, 0) if torch_total_too else TOTAL
-
-    monkeypatch.setattr(mm, "get_free_memory", free)
-    monkeypatch.setattr(mm, "get_total_memory", total)
-    monkeypatch.setattr(mm, "get_all_torch_devices", lambda exclude_current=False: [] if exclude_current else [FAKE])
-    monkeypatch.setattr(mm, "is_device_cpu", lambda d: orig_is_cpu(d) and d != FAKE)
-    monkeypatch.setattr(mm, "vram_state", mm.VRAMState.NORMAL_VRAM)
-    monkeypatch.setattr(mm, "EXTRA_RESERVED_VRAM", int(0.4 * GiB))
-    monkeypatch.setattr(mm, "minimum_inference_memory", lambda: 0.8 * GiB + mm.extra_reserved_memory())
+    others = pretend_gpu(mm, devices, FAKE, TOTAL, 64, setattr=monkeypatch.setattr)  # ComfyUI's models on it
     yield mm, patcher_cls, devices, others
     mm.unload_all_models()
     mm.current_loaded_models.clear()
@@ -164,6 +147,23 @@ def test_eviction_goes_both_ways_through_comfyui(comfy):
     print("\nstep | tts loaded MB | diffusion loaded MB")
     for step, ours, theirs in rows:
         print(f"{step} | {ours / MB:.1f} | {theirs / MB:.1f}")
+
+
+def test_comfyui_gives_back_only_what_our_phase_lacks(comfy):
+    """ComfyUI's own load_models_gpu would free 1.1x the request plus its minimum inference memory
+    (1.2 GiB, here ~19 MB); our phase asks for exactly the bytes it lacks, so the diffusion model keeps
+    everything else: after the phase, the device's free memory is our working memory and reserve,
+    give or take one of ComfyUI's layers."""
+    mm, patcher_cls, devices, others = comfy
+    model, manager, tts = tts_stack(devices, mm)
+    diffusion = diffusion_model(patcher_cls, others, gib=7)
+    mm.load_models_gpu([diffusion])
+    before = diffusion.loaded_size()
+    ref, _ = speak(manager, tts, model)
+    assert tts.loaded_bytes == tts.size_bytes and 0 < diffusion.loaded_size() < before
+    layer = 1024 * 1024 * 4
+    slack = devices.free(FAKE) - ref.nbytes - 32 * MB - manager.reserve_bytes(FAKE)
+    assert -layer < slack < layer, slack / MB
 
 
 def test_partially_unload_steps_down_unit_by_unit(comfy):

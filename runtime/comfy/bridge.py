@@ -1,11 +1,11 @@
 """The ComfyUI bridge: our components take part in ComfyUI's own memory arbitration.
 
-Each component gets a duck-typed patcher registered through `load_models_gpu`, so ComfyUI's
-`free_memory` (run when a diffusion model loads) takes our units back byte-accurately through
-`partially_unload`, and `unload_all_models` (the "Free memory" button, after an OOM) unloads ours.
-Before a phase places its components, the manager asks ComfyUI to make room the same way
-(`load_models_gpu` with our working memory and minimum working set): diffusion models are
-offloaded by ComfyUI's own order and partial unloading. Our patchers never claim to be dynamic.
+Each component gets a duck-typed patcher registered in ComfyUI's `current_loaded_models` (a
+`LoadedModel`, as `load_models_gpu` makes one), so ComfyUI's `free_memory` (run when a diffusion model
+loads) takes our units back byte-accurately through `partially_unload`, and `unload_all_models` (the
+"Free memory" button, after an OOM) unloads ours. Before a phase places its components, the manager
+asks ComfyUI for exactly the bytes it lacks (`free_memory`): diffusion models are offloaded by
+ComfyUI's own order and partial unloading. Our patchers never claim to be dynamic.
 
 This is the only module that touches ComfyUI; it takes the `comfy.model_management` module as an
 argument so tests can run it against a real ComfyUI and against an in-repo stand-in.
@@ -129,15 +129,31 @@ class ComfyArbiter:
                 if getattr(entry, "model_finalizer", None) is not None:
                     entry.model_finalizer.detach()
 
-    def make_room(self, device: torch.device, handles: list[ModelHandle], working: int, minimum: int) -> None:
-        """Let ComfyUI free memory for the phase (its own eviction order) and register our components.
+    def make_room(self, device: torch.device, handles: list[ModelHandle], need: int) -> None:
+        """Register the phase's components with ComfyUI and let it free `need` bytes on `device` (what
+        the phase will place: weights not yet loaded, working memory, reserve), by its own eviction
+        order and partial unloading, the phase's own components kept.
 
-        Largest first: load_models_gpu serves its list in reverse, so the small ones are budgeted first.
+        Not through `load_models_gpu`: that frees 1.1x the request plus ComfyUI's minimum inference
+        memory (1.2 GiB) on every call, a margin for activations it cannot estimate. We know ours
+        (estimates, and an exact retry on OOM), so ComfyUI's models give back only what we lack.
         """
-        patchers = [self.patchers[h] for h in sorted(handles, key=lambda h: -h.size_bytes)
-                    if h in self.patchers and h.managed]  # also a simulated CPU: /free must reach it
-        if patchers:
-            self.mm.load_models_gpu(patchers, memory_required=working, minimum_memory_required=minimum)
+        patchers = [self.patchers[h] for h in handles if h in self.patchers and h.managed]
+        if not patchers:  # a simulated CPU is managed too: "Free memory" must reach it
+            return
+        mm = self.mm
+        mm.cleanup_models_gc()
+        entries = []
+        for patcher in patchers:
+            found = [i for i, e in enumerate(mm.current_loaded_models) if e.model is patcher]
+            entry = mm.current_loaded_models.pop(found[0]) if found else mm.LoadedModel(patcher)
+            if not found:
+                entry.model_load(0)  # our partially_load only registers; sets ComfyUI's finalizer
+            entry.currently_used = True
+            mm.current_loaded_models.insert(0, entry)  # most recently used first, as load_models_gpu does
+            entries.append(entry)
+        if mm.get_free_memory(device) < need:
+            mm.free_memory(need, device, keep_loaded=entries)
 
     def interrupted(self) -> None:
         """Raise ComfyUI's InterruptProcessingException (a BaseException) if the user pressed cancel."""

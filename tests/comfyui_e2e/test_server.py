@@ -340,12 +340,16 @@ def test_cached_loader_output_survives_ram_relief():
 
 
 # ---- ComfyUI's own model and our voice evict each other on one simulated GPU ---------------------------
-# "8 GB" at test_bridge's 1/64 scale. The stand-in (108) plus ComfyUI's scaled reserves (18.75: minimum inference
-# memory and the extra reserve) leave 1.25 MB, and our voice needs 7.3 MB of weights and ~12 of working memory:
-# each has to make room for the other.
+# "8 GB" at test_bridge's 1/64 scale. ComfyUI loads the stand-in (108) whole and keeps its scaled minimum
+# inference memory (18.75) free, evicting our voice; the voice then needs 7.3 MB of weights and ~17 MB of
+# working memory for one of these ~130-phoneme sentences (more than ComfyUI left free), so ComfyUI's model
+# gives some back; and so on: each has to make room for the other.
 SHARED_VRAM_MB = 128
 STANDIN_MB = 108
-TEXTS = ["The image model has to make room for this voice.", "And then the voice makes room again."]
+TEXTS = ["The image model has to make room for this voice, because the voice needs more memory than the image "
+         "model has left free on the card.",
+         "And then the voice makes room again, since the image model wants all of its layers back before it can "
+         "draw the next picture."]
 
 
 def speak_inputs(text: str | list) -> dict:
