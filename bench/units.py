@@ -72,7 +72,7 @@ def transformer(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
 
 
 def cosyvoice_hift(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
-    from mizuoto.nodes.cosyvoice.hift import HiFT, HiFTConfig
+    from mizuoto.nodes.blocks.hift import HiFT, HiFTConfig
     hift = _real("cosyvoice/real_v2.json")["hift"]
     cfg = HiFTConfig(**{k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
                         for k, v in hift.items()})
@@ -129,8 +129,8 @@ def f5_tts(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
 
 
 def cosyvoice(dtype: torch.dtype, version: int) -> list[tuple[str, ModelHandle]]:
-    from mizuoto.nodes.cosyvoice.flow import Flow, FlowConfig
-    from mizuoto.nodes.cosyvoice.hift import HiFT, HiFTConfig
+    from mizuoto.nodes.blocks.s3gen_flow import Flow, FlowConfig
+    from mizuoto.nodes.blocks.hift import HiFT, HiFTConfig
     from mizuoto.nodes.cosyvoice.lm import CosyVoiceLM, LMConfig, Qwen2Config
     from mizuoto.nodes.cosyvoice.phases import CosyVoiceEngine
     real = _real(f"cosyvoice/real_v{version}.json")

@@ -44,6 +44,19 @@ def top_p_filter(scores: Tensor, top_p: float, min_keep: int = 1) -> Tensor:
     return scores.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
 
 
+def min_p_filter(scores: Tensor, min_p: float, min_keep: int = 1) -> Tensor:
+    """HF's MinPLogitsWarper: drop the tokens less likely than `min_p` times the most likely one (at least
+    `min_keep` kept); 0 = off."""
+    if not min_p or min_p <= 0:
+        return scores
+    probs = torch.softmax(scores, dim=-1)
+    remove = probs < min_p * probs.amax(dim=-1, keepdim=True)
+    order = torch.argsort(scores, dim=-1, descending=True)
+    sorted_remove = torch.gather(remove, -1, order)
+    sorted_remove[..., :min_keep] = False
+    return scores.masked_fill(sorted_remove.scatter(-1, order, sorted_remove), float("-inf"))
+
+
 def select(logits: Tensor, do_sample: bool, temperature: float, top_k: int, top_p: float,
            generator: torch.Generator | None) -> int:
     """Greedy argmax, or temperature -> top-k -> top-p -> one multinomial draw from `generator`."""

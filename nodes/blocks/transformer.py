@@ -79,6 +79,20 @@ class RotaryEmbedding(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def llama3_inv_freq(inv_freq: Tensor, factor: float, low_freq_factor: float, high_freq_factor: float,
+                    original_max_positions: int) -> Tensor:
+    """Llama 3's RoPE scaling (Hugging Face `_compute_llama3_parameters`): long wavelengths divided by
+    `factor`, short ones kept, the band between interpolated."""
+    low_wavelen = original_max_positions / low_freq_factor
+    high_wavelen = original_max_positions / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_max_positions / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
 def rotate_half(x: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -280,6 +294,20 @@ def rotary_embedding(rope_scaling: dict | None, head_dim: int, theta: float,
     kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
     if kind == "default":
         return RotaryEmbedding(head_dim, theta)
+    if kind == "llama3":
+        missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+                   if k not in rope_scaling]
+        if missing:
+            raise ValueError(f"rope_scaling (llama3): missing {', '.join(missing)}")
+        if not float(rope_scaling["high_freq_factor"]) > float(rope_scaling["low_freq_factor"]) > 0 \
+                or not float(rope_scaling["factor"]) > 0 or int(rope_scaling["original_max_position_embeddings"]) < 1:
+            raise ValueError(f"rope_scaling (llama3): expected factor > 0, high_freq_factor > low_freq_factor > 0 "
+                             f"and original_max_position_embeddings >= 1, got {rope_scaling}")
+        rope = RotaryEmbedding(head_dim, theta)
+        rope.inv_freq = llama3_inv_freq(rope.inv_freq, float(rope_scaling["factor"]),
+                                        float(rope_scaling["low_freq_factor"]), float(rope_scaling["high_freq_factor"]),
+                                        int(rope_scaling["original_max_position_embeddings"]))
+        return rope
     if kind == "longrope":
         missing = [k for k in ("short_factor", "long_factor", "original_max_position_embeddings")
                    if k not in rope_scaling]
@@ -287,4 +315,4 @@ def rotary_embedding(rope_scaling: dict | None, head_dim: int, theta: float,
             raise ValueError(f"rope_scaling (longrope): missing {', '.join(missing or ['max_position_embeddings'])}")
         return LongRoPE(head_dim, theta, list(rope_scaling["short_factor"]), list(rope_scaling["long_factor"]),
                         int(rope_scaling["original_max_position_embeddings"]), int(max_positions))
-    raise ValueError(f"rope_scaling: unsupported RoPE type {kind!r}; supported: default, longrope")
+    raise ValueError(f"rope_scaling: unsupported RoPE type {kind!r}; supported: default, llama3, longrope")

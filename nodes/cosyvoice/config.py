@@ -15,8 +15,8 @@ import yaml
 
 from ...runtime.loading import CheckpointError
 from ..formats.checkpoint import MAX_NODES, check_sizes, load_yaml
-from .flow import FlowConfig
-from .hift import HiFTConfig
+from ..blocks.s3gen_flow import FlowConfig
+from ..blocks.hift import HiFTConfig
 
 _REF = re.compile(r"^<([A-Za-z_][\w.]*)>$")
 

@@ -26,8 +26,8 @@ from ..formats.checkpoint import ModelFolderError, load_pickle, read_json, state
 from ..formats.onnx_graph import OnnxModule, OnnxRuntimeError
 from ..formats.onnx_reader import OnnxFormatError, read_model
 from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
-from .flow import Flow, FlowConfig
-from .hift import HiFT, HiFTConfig
+from ..blocks.s3gen_flow import Flow, FlowConfig
+from ..blocks.hift import HiFT, HiFTConfig
 from .lm import CosyVoiceLM, LMConfig, Qwen2Config
 
 QWEN_DIR = "CosyVoice-BlankEN"

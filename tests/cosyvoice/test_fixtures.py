@@ -13,7 +13,7 @@ import torch
 pytestmark = pytest.mark.usefixtures("one_thread")   # the fixtures were recorded with one intra-op thread
 
 import golden
-import mizuoto.nodes.cosyvoice.flow as flow_module
+import mizuoto.nodes.blocks.s3gen_flow as flow_module
 from mizuoto.nodes.cosyvoice.loader import CosyVoiceBundle, load_cosyvoice
 from mizuoto.nodes.blocks.sampling import ras_sample
 

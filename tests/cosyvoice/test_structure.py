@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mizuoto.nodes.cosyvoice.flow import Flow, FlowConfig
-from mizuoto.nodes.cosyvoice.hift import HiFT, HiFTConfig
+from mizuoto.nodes.blocks.s3gen_flow import Flow, FlowConfig
+from mizuoto.nodes.blocks.hift import HiFT, HiFTConfig
 from mizuoto.nodes.cosyvoice.lm import CosyVoiceLM, LMConfig, Qwen2Config
 from mizuoto.nodes.cosyvoice.loader import UNUSED_LM_KEYS
 

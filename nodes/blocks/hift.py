@@ -1,4 +1,5 @@
-"""HiFT vocoder (neural source filter + iSTFT) of CosyVoice 2 (`HiFTGenerator`) and 3 (`CausalHiFTGenerator`).
+"""HiFT vocoder (neural source filter + iSTFT) of CosyVoice 2 (`HiFTGenerator`, also Chatterbox's S3Gen `mel2wav`)
+and 3 (`CausalHiFTGenerator`).
 
 Parameter names follow upstream `hift.pt` with weight norm folded: the loader turns each
 `X.parametrizations.weight.original0/1` (or old-style `X.weight_g/_v`) pair into `X.weight` with the

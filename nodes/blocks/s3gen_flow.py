@@ -1,4 +1,4 @@
-"""CosyVoice flow: speech tokens -> 80-bin mel, by conditional flow matching with classifier-free guidance.
+"""The S3Gen flow of CosyVoice 2 / 3 (shared with Chatterbox's S3Gen, which is CosyVoice 2's): speech tokens -> 80-bin mel, by conditional flow matching with classifier-free guidance.
 
 Parameter names follow upstream `flow.pt`.
 
@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..blocks.conformer import FeedForward, RelPositionAttention
-from ..blocks.flow import guided, mix, solve
+from .conformer import FeedForward, RelPositionAttention
+from .flow import guided, mix, solve
 
 NOISE_FRAMES = 15000   # upstream's rand_noise buffer: 50 * 300 frames
 

@@ -1,0 +1,128 @@
+"""Records tests/chatterbox/golden_t3.json from upstream `chatterbox-tts==0.1.7` (run in the reference venv,
+see README.md): `$CHATTERBOX_REF_PYTHON tests/chatterbox/make_fixtures.py`."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny  # noqa: E402
+
+# chatterbox/__init__ imports its watermarker (resemble-perth), which the parity runs leave off: an empty
+# module stands in for it on the reference side only.
+sys.modules.setdefault("perth", types.ModuleType("perth"))
+
+
+def bare_package(name: str) -> None:
+    """Import `name` without running its __init__ (chatterbox's pulls in torchaudio, which has no build for
+    this torch; the parts recorded here do not use it)."""
+    import importlib.util
+    spec = importlib.util.find_spec(name)
+    pkg = types.ModuleType(name)
+    pkg.__path__ = list(spec.submodule_search_locations)
+    sys.modules[name] = pkg
+
+
+bare_package("chatterbox")
+
+
+def upstream_t3():
+    from chatterbox.models.t3 import llama_configs, t3
+    from chatterbox.models.t3.modules import cond_enc
+    from chatterbox.models.t3.modules.perceiver import Perceiver
+    from chatterbox.models.t3.modules.t3_config import T3Config
+    llama_configs.LLAMA_CONFIGS["tiny"] = tiny.TINY_LLAMA
+    cond_enc.Perceiver = functools.partial(Perceiver, **tiny.TINY_PERCEIVER)
+    hp = T3Config.english_only()
+    hp.llama_config_name = "tiny"
+    model = t3.T3(hp).eval()
+    model.load_state_dict(tiny.fill(model.state_dict()))
+    return model
+
+
+def t3_tokens(model, name: str, exaggeration: float, cfg: float, with_prompt: bool, seed: int) -> list[int]:
+    from chatterbox.models.t3.modules.cond_enc import T3Cond
+    spk, prompt = tiny.conditioning_inputs()
+    cond = T3Cond(speaker_emb=spk, cond_prompt_speech_tokens=prompt if with_prompt else None,
+                  emotion_adv=exaggeration * torch.ones(1, 1, 1))
+    text = torch.tensor([tiny.TEXT_TOKENS] * 2)
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        out = model.inference(t3_cond=cond, text_tokens=text, max_new_tokens=tiny.MAX_NEW_TOKENS, temperature=0.8,
+                              cfg_weight=cfg, repetition_penalty=1.2, min_p=0.05, top_p=0.95)
+    return out[0].tolist()
+
+
+def real_size_shapes() -> dict[str, dict[str, list[int]]]:
+    """Upstream's published T3 (English and multilingual), built on `meta`: names and shapes only."""
+    from chatterbox.models.t3 import t3
+    from chatterbox.models.t3.modules.t3_config import T3Config
+    from chatterbox.models.t3.modules import cond_enc
+    from chatterbox.models.t3.modules.perceiver import Perceiver
+    cond_enc.Perceiver = Perceiver          # the published sizes, not the tiny ones
+    out = {}
+    for name, hp in (("english", T3Config.english_only()), ("multilingual", T3Config.multilingual())):
+        with torch.device("meta"):
+            model = t3.T3(hp)
+        out[name] = {k: list(v.shape) for k, v in model.state_dict().items()}
+    return out
+
+
+def voice_encoder_case() -> dict:
+    """Upstream VoiceEncoder (published size, weights by name) on tiny.voice_wav at 16 kHz, as
+    `prepare_conditionals` calls it, plus the LSTM alone on fixed partials."""
+    import librosa
+    from chatterbox.models.voice_encoder import VoiceEncoder
+    ve = VoiceEncoder().eval()
+    ve.load_state_dict(tiny.fill(ve.state_dict(), seed=3, scale=tiny.VE_SCALE))
+    wav = tiny.voice_wav().numpy()
+    trimmed = librosa.effects.trim(wav, top_db=20)[0]
+    emb = ve.embeds_from_wavs([wav], sample_rate=16000)
+    g = torch.Generator().manual_seed(4)
+    partials = torch.rand(3, 160, 40, generator=g)
+    with torch.inference_mode():
+        lstm = ve(partials)
+    return {"trimmed_samples": int(trimmed.shape[0]), "embedding": emb.mean(axis=0).tolist(),
+            "lstm_embeddings": lstm.tolist()}
+
+
+def text_case(tmp: Path) -> dict:
+    """Upstream punc_norm (taken from tts.py's source: importing tts.py needs torchaudio) and EnTokenizer."""
+    import ast
+    import importlib.util
+    from chatterbox.models.tokenizers.tokenizer import EnTokenizer
+    source = Path(sys.modules["chatterbox"].__path__[0], "tts.py").read_text()
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "punc_norm")
+    scope: dict = {}
+    exec(compile(ast.Module([fn], []), "tts.py", "exec"), scope)
+    path = tmp / "tokenizer.json"
+    path.write_text(tiny.tokenizer_json())
+    tok = EnTokenizer(str(path))
+    return {t: {"norm": scope["punc_norm"](t), "ids": tok.encode(scope["punc_norm"](t))} for t in tiny.TEXTS}
+
+
+def main() -> None:
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        text = text_case(Path(tmp))
+    (Path(__file__).parent / "golden_text.json").write_text(json.dumps(text, ensure_ascii=False) + "\n")
+    ve = Path(__file__).parent / "golden_ve.json"
+    ve.write_text(json.dumps(voice_encoder_case()) + "\n")
+    real = Path(__file__).parent / "real_t3.json"
+    real.write_text(json.dumps(real_size_shapes(), indent=0) + "\n")
+    model = upstream_t3()
+    shapes = {k: list(v.shape) for k, v in model.state_dict().items()}
+    cases = {name: t3_tokens(model, name, ex, cfg, wp, seed) for name, ex, cfg, wp, seed in tiny.T3_CASES}
+    out = Path(__file__).parent / "golden_t3.json"
+    out.write_text(json.dumps({"upstream": "chatterbox-tts==0.1.7", "state_shapes": shapes, "tokens": cases},
+                              indent=0) + "\n")
+    print(out, {k: len(v) for k, v in cases.items()})
+
+
+if __name__ == "__main__":
+    main()

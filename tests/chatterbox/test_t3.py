@@ -1,0 +1,65 @@
+"""T3 against upstream chatterbox-tts 0.1.7: the speech tokens recorded by make_fixtures.py (same tiny
+config, same weights by name, same seeds) must come out exactly."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mizuoto.nodes.chatterbox.t3 import T3, Sampling, T3Config, generate
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny  # noqa: E402
+
+GOLDEN = json.loads((Path(__file__).parent / "golden_t3.json").read_text())
+
+
+def tiny_t3() -> T3:
+    c = tiny.TINY_LLAMA
+    cfg = T3Config(hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
+                   num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
+                   num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"],
+                   rope_scaling=dict(c["rope_scaling"]), perceiver_heads=tiny.TINY_PERCEIVER["num_attn_heads"])
+    model = T3(cfg).eval()
+    model.load_state_dict(tiny.fill(model.state_dict()))
+    return model
+
+
+def test_state_names_and_shapes_are_upstreams() -> None:
+    ours = {k: list(v.shape) for k, v in tiny_t3().state_dict().items()}
+    assert ours == GOLDEN["state_shapes"]
+
+
+@pytest.mark.parametrize("name,exaggeration,cfg,with_prompt,seed", tiny.T3_CASES)
+def test_speech_tokens_equal_upstream(name: str, exaggeration: float, cfg: float, with_prompt: bool,
+                                      seed: int) -> None:
+    model = tiny_t3()
+    spk, prompt = tiny.conditioning_inputs()
+    with torch.inference_mode():
+        cond = model.conditioning(spk, prompt if with_prompt else None, exaggeration)
+        tokens = generate(model, cond, torch.tensor(tiny.TEXT_TOKENS),
+                          Sampling(temperature=0.8, top_p=0.95, min_p=0.05, repetition_penalty=1.2, cfg_weight=cfg,
+                                   max_new_tokens=tiny.MAX_NEW_TOKENS), torch.Generator().manual_seed(seed))
+    assert tokens == GOLDEN["tokens"][name]
+
+
+def test_exaggeration_changes_the_conditioning() -> None:
+    model = tiny_t3()
+    spk, prompt = tiny.conditioning_inputs()
+    with torch.inference_mode():
+        a, b = model.conditioning(spk, prompt, 0.5), model.conditioning(spk, prompt, 0.9)
+    assert a.shape == (1, 1 + 32 + 1, 64)
+    assert torch.equal(a[:, :-1], b[:, :-1]) and not torch.equal(a[:, -1], b[:, -1])
+
+
+@pytest.mark.parametrize("variant,text_vocab", [("english", 704), ("multilingual", 2454)])
+def test_real_size_structure_is_upstreams(variant: str, text_vocab: int) -> None:
+    """Upstream's published T3 built on `meta` (recorded in real_t3.json) has exactly our names and shapes."""
+    real = json.loads((Path(__file__).parent / "real_t3.json").read_text())[variant]
+    with torch.device("meta"):
+        model = T3(T3Config(text_tokens_dict_size=text_vocab))
+    assert {k: list(v.shape) for k, v in model.state_dict().items()} == real
+    assert model.config.is_multilingual == (variant == "multilingual")

@@ -1,0 +1,69 @@
+"""Tiny Chatterbox configurations and deterministic weights, shared by the tests and by make_fixtures.py
+(which runs in the reference venv, so this file needs only torch)."""
+from __future__ import annotations
+
+import torch
+
+# T3 backbone (upstream's LLAMA_CONFIGS entry) and its T3Config fields, at test size.
+TINY_LLAMA = dict(vocab_size=8, max_position_embeddings=131072, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, head_dim=16, num_key_value_heads=4,
+                  rms_norm_eps=1e-05, rope_theta=500000.0, tie_word_embeddings=False, hidden_act="silu",
+                  attention_bias=False, mlp_bias=False, model_type="llama", attn_implementation="sdpa",
+                  rope_scaling=dict(factor=8.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                                    original_max_position_embeddings=8192, rope_type="llama3"))
+TINY_PERCEIVER = dict(pre_attention_query_token=32, pre_attention_query_size=64, embedding_dim=64, num_attn_heads=4)
+
+T3_CASES = [  # (name, exaggeration, cfg_weight, with prompt tokens, seed)
+    ("default_voice_exag05", 0.5, 0.5, True, 11),
+    ("default_voice_exag09", 0.9, 0.5, True, 12),
+    ("no_prompt_exag03", 0.3, 0.3, False, 13),
+]
+TEXT_TOKENS = [255, 12, 40, 41, 7, 300, 2, 88, 0]
+MAX_NEW_TOKENS = 48
+
+
+def fill(state: dict[str, torch.Tensor], seed: int = 0, scale: float = 0.5) -> dict[str, torch.Tensor]:
+    """Random weights by name (sorted), the same on both sides whatever the module classes are."""
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(state[k].shape, generator=g) * scale for k in sorted(state)}
+
+
+# The voice encoder's LSTM with weights of 0.5 is chaotic (a float32 rounding of one mel changes the
+# embedding by 0.1): 0.04 keeps its recurrence contractive, so a recording means something across CPUs.
+VE_SCALE = 0.04
+
+
+def conditioning_inputs(seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """A speaker embedding [1, 256] and 20 prompt speech tokens [1, 20]."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, 256, generator=g), torch.randint(0, 6561, (1, 20), generator=g)
+
+
+def voice_wav(seed: int = 7, seconds: float = 3.0) -> torch.Tensor:
+    """16 kHz mono float32: 0.4 s of near-silence, a voiced buzz with noise, 0.5 s of near-silence."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(seconds * 16000)
+    t = torch.arange(n, dtype=torch.float64) / 16000
+    f0 = 140 + 30 * torch.sin(2 * torch.pi * 1.5 * t)
+    voiced = 0.3 * torch.sin(2 * torch.pi * torch.cumsum(f0, 0) / 16000) + 0.05 * torch.randn(n, generator=g,
+                                                                                             dtype=torch.float64)
+    env = ((t > 0.4) & (t < seconds - 0.5)).double()
+    return (voiced * env + 1e-4 * torch.randn(n, generator=g, dtype=torch.float64)).float()
+
+
+def tokenizer_json() -> str:
+    """A tokenizer.json in the published one's form (BPE, special tokens as added tokens), letters only."""
+    from tokenizers import AddedToken, Tokenizer, models
+    specials = ["[STOP]", "[UNK]", "[SPACE]", "[START]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"]
+    chars = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,!?'\"-")
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    merges = [("t", "h"), ("th", "e"), ("a", "n")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="[UNK]"))
+    tok.add_special_tokens([AddedToken(t, special=True) for t in specials])
+    return tok.to_str()
+
+
+TEXTS = ["hello there, the cat...", "", "  Many   spaces  here ", "Quotes “like” this; and – dashes: ok",
+         "Ends with a question?", "ünïcode ok"]
