@@ -137,10 +137,15 @@ class Scenario:
         mm.unload_all_models()
         mm.current_loaded_models.clear()
         self.devices = DeviceService(simulate={str(DEVICE): capacity // scale}, strict=True)
-        self.others = pretend_gpu(mm, self.devices, DEVICE, capacity // scale, scale)
+        self.saved: dict[str, object] = {}  # ComfyUI's own memory queries, put back by close()
+        self.others = pretend_gpu(mm, self.devices, DEVICE, capacity // scale, scale, setattr=self._patch)
         layers = -(-image_bytes // IMAGE_LAYER)  # ComfyUI loads a model that does not fit layer by layer
         self.image = self.patcher(nn.Sequential(*(Block(image_bytes // layers // scale) for _ in range(layers))))
         self.inference = mm.minimum_inference_memory() * scale  # real-scale, with this device's patches
+
+    def _patch(self, module, name: str, value) -> None:
+        self.saved.setdefault(name, getattr(module, name))
+        setattr(module, name, value)
 
     def patcher(self, module: nn.Module):
         p = self.patcher_cls(module, load_device=DEVICE, offload_device=torch.device("cpu"))
@@ -156,6 +161,8 @@ class Scenario:
     def close(self) -> None:
         self.mm.unload_all_models()
         self.mm.current_loaded_models.clear()
+        for name, value in self.saved.items():
+            setattr(self.mm, name, value)
 
 
 def ours(s: Scenario, comps: list[Component], rounds: int) -> list[tuple[int, int]]:

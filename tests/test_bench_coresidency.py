@@ -10,10 +10,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "coresidency.py"
 
 @pytest.fixture
 def bench(load_script):
-    from comfy_standin import model_management as mm
-    saved = dict(vars(mm))  # the bench patches the stand-in's memory queries in place: undo it for later tests
-    yield load_script(BENCH, "mizuoto_bench_coresidency")
-    vars(mm).update(saved)
+    return load_script(BENCH, "mizuoto_bench_coresidency")
 
 
 def test_alternating_with_an_image_model_moves_at_least_the_minimum_and_no_more_than_comfyui(bench, capsys):
