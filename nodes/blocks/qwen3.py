@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from .transformer import DecoderLayer, RMSNorm, RotaryEmbedding
+from .transformer import DecoderLayer, RMSNorm, RotaryEmbedding, run_layers
 
 
 @dataclass
@@ -54,8 +53,4 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: Tensor, cache, start: int) -> Tensor:
         """Embeddings [1, T, D] at positions start.. -> normed hidden states [1, T, D]; appends to `cache`."""
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        rope = self.rotary(positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, rope, cache, i, self.window)
-        return self.norm(x)
+        return run_layers(self.layers, self.norm, self.rotary, x, cache, start, self.window)

@@ -203,6 +203,17 @@ class DecoderLayer(nn.Module):
         return x + (h if self.mlp_layer_scale is None else self.mlp_layer_scale(h))
 
 
+def run_layers(layers: nn.ModuleList, norm: nn.Module, rotary: nn.Module, x: Tensor, cache: KVCache | None,
+               start: int, window: int | None = None) -> Tensor:
+    """A decoder stack's forward: embeddings [B, T, D] at positions start.. through `layers` with RoPE, then
+    the final `norm`; appends to `cache`. Each module is called normally (the runtime's hooks see it)."""
+    positions = torch.arange(start, start + x.shape[1], device=x.device)
+    rope = rotary(positions, x.dtype)
+    for i, layer in enumerate(layers):
+        x = layer(x, rope, cache, i, window)
+    return norm(x)
+
+
 def kv_position_bytes(kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
     """K plus V bytes of one position of one layer (for runtime.lm.cache.peak_bytes)."""
     return 2 * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()

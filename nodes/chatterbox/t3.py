@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ...runtime.lm.cache import make_cache
 from ..blocks.sampling import min_p_filter, repetition_penalty, top_p_filter
-from ..blocks.transformer import DecoderLayer, RMSNorm, rotary_embedding
+from ..blocks.transformer import DecoderLayer, RMSNorm, rotary_embedding, run_layers
 
 
 @dataclass
@@ -68,11 +68,7 @@ class LlamaBackbone(nn.Module):
         self.rotary = rotary_embedding(c.rope_scaling, c.head_dim, c.rope_theta)
 
     def forward(self, x: Tensor, cache, start: int) -> Tensor:
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        rope = self.rotary(positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, rope, cache, i)
-        return self.norm(x)
+        return run_layers(self.layers, self.norm, self.rotary, x, cache, start)
 
 
 class LearnedPositions(nn.Module):

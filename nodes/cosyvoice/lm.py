@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache, make_cache
-from ..blocks.transformer import RMSNorm, RotaryEmbedding, qwen2_layer
+from ..blocks.transformer import RMSNorm, RotaryEmbedding, qwen2_layer, run_layers
 
 ENDOFPROMPT_V3 = 151646   # upstream's hard-coded id of <|endofprompt|> for CosyVoice 3
 
@@ -88,11 +88,7 @@ class Qwen2Model(nn.Module):
         self.rotary = RotaryEmbedding(c.head_dim, c.rope_theta)
 
     def forward(self, x: Tensor, start: int, cache: KVCache) -> Tensor:
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        rope = self.rotary(positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, rope, cache, i)
-        return self.norm(x)
+        return run_layers(self.layers, self.norm, self.rotary, x, cache, start)
 
 
 class _Causal(nn.Module):
