@@ -91,6 +91,15 @@ def vits(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     return [("VITS (transformers, mms-tts-eng config)", ModelHandle(m.to(dtype), "vits"))]
 
 
+def kokoro(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
+    from mizuoto.nodes.kokoro.model import PUBLISHED_SIZES, KModel
+    from mizuoto.nodes.kokoro.phases import KokoroEngine
+    with torch.device("meta"):
+        m = KModel(PUBLISHED_SIZES)
+    e = KokoroEngine(m.to(dtype), {"af_heart": torch.zeros(510, 1, 256)}, _manager())
+    return [(f"Kokoro-82M {h.name}", h) for h in e.handles]
+
+
 def hibari(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     from mizuoto.nodes.hibari.engine import HibariVoice
     from mizuoto.nodes.hibari.model import HibariModel
@@ -247,7 +256,7 @@ OTHERS: list[Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = [transfor
 ENGINES: dict[str, Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = {
     "hibari": hibari, "fish_speech": fish_speech, "f5_tts": f5_tts,
     "cosyvoice": lambda d: cosyvoice(d, 2) + cosyvoice(d, 3), "qwen3_tts": qwen3_tts, "omnivoice": omnivoice,
-    "voxcpm": voxcpm, "gpt_sovits": gpt_sovits, "indextts2": indextts2,
+    "voxcpm": voxcpm, "gpt_sovits": gpt_sovits, "indextts2": indextts2, "kokoro": kokoro,
 }
 
 

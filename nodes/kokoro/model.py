@@ -453,12 +453,19 @@ class KModel(nn.Module):
                                         config["n_token"])
         self.decoder = Decoder(config["hidden_dim"], config["style_dim"], {k: config["istftnet"][k] for k in ISTFTNET_KEYS})
 
+    def prosody(self, ids: torch.Tensor, ref_s: torch.Tensor, speed: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [1, L], ref_s [1, 256] -> duration-encoder output, durations [L]."""
+        d_en = self.bert_encoder(self.bert(ids)).transpose(-1, -2)
+        d = self.predictor.text_encoder(d_en, ref_s[:, 128:])
+        return d, self.predictor.durations(d, speed)
+
     def acoustic(self, ids: torch.Tensor, ref_s: torch.Tensor, speed: float = 1.0) -> dict[str, torch.Tensor]:
         """ids [1, L], ref_s [1, 256] -> durations [L], decoder features, F0 curve."""
+        d, dur = self.prosody(ids, ref_s, speed)
+        return self.features(ids, d, dur, ref_s)
+
+    def features(self, ids: torch.Tensor, d: torch.Tensor, dur: torch.Tensor, ref_s: torch.Tensor) -> dict[str, torch.Tensor]:
         s = ref_s[:, 128:]
-        d_en = self.bert_encoder(self.bert(ids)).transpose(-1, -2)
-        d = self.predictor.text_encoder(d_en, s)
-        dur = self.predictor.durations(d, speed)
         index = torch.repeat_interleave(torch.arange(ids.shape[1], device=ids.device), dur)
         aln = torch.zeros((ids.shape[1], index.shape[0]), device=ids.device, dtype=d.dtype)
         aln[index, torch.arange(index.shape[0], device=ids.device)] = 1
@@ -494,3 +501,16 @@ def weight_normed(name: str) -> bool:
     if len(parts) >= 2 and parts[-2] in ("convs1", "convs2", "ups"):
         return True
     return name in ("decoder.F0_conv", "decoder.N_conv", "decoder.asr_res.0", "decoder.generator.conv_post")
+
+
+# hexgrad/Kokoro-82M config.json without its vocab: the sizes of the published model
+PUBLISHED_SIZES = {
+    "istftnet": {"upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6], "gen_istft_hop_size": 5,
+                 "gen_istft_n_fft": 20, "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+                 "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512},
+    "dim_in": 64, "dropout": 0.2, "hidden_dim": 512, "max_conv_dim": 512, "max_dur": 50, "multispeaker": True,
+    "n_layer": 3, "n_mels": 80, "n_token": 178, "style_dim": 128, "text_encoder_kernel_size": 5,
+    "plbert": {"hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 2048,
+               "max_position_embeddings": 512, "num_hidden_layers": 12, "dropout": 0.1},
+    "vocab": {},
+}

@@ -140,6 +140,7 @@ class Capabilities:
     languages: tuple[str, ...] = ("auto",)      # codes of LANGUAGES (pipeline.py); "auto": the engine detects
     voices: tuple[str, ...] = ()                # named voices; the first is the default
     voice_required: bool = False                # a voice must be named (no default voice)
+    voice_blends: bool = False                  # a voice may be a weighted mix: "af_bella:0.7,af_sky:0.3"
     cloning: Need = "none"                      # reference audio: none / optional / required
     transcript: Need = "none"                   # the reference's transcript, when a reference is given
     instruction: bool = False                   # a free-text instruction (style, voice design)
@@ -169,6 +170,36 @@ class Capabilities:
         lo, hi = self.speed
         if not 0 < lo <= 1.0 <= hi:
             raise ValueError(f"Capabilities.speed: expected 0 < low <= 1 <= high, got {self.speed}")
+
+
+MAX_BLEND_VOICES = 8
+
+
+def parse_voice_blend(text: str, voices: tuple[str, ...]) -> list[tuple[str, float | None]]:
+    """`name[:weight],name[:weight],...` (the Kokoro community's mix syntax) -> [(voice, weight or None)],
+    each name one of `voices` (case-insensitive, returned as declared), each weight a finite number > 0;
+    a ValueError naming `voice` otherwise."""
+    by_lower = {v.lower(): v for v in voices}
+    parts = [p.strip() for p in text.split(",")]
+    if not 1 <= len(parts) <= MAX_BLEND_VOICES or not all(parts):
+        raise ValueError(f"voice: {text!r}; expected one voice or 2 to {MAX_BLEND_VOICES} voices as "
+                         "name:weight separated by commas (af_bella:0.7,af_sky:0.3)")
+    out: list[tuple[str, float | None]] = []
+    for part in parts:
+        name, sep, weight = part.partition(":")
+        voice = by_lower.get(name.strip().lower())
+        if voice is None:
+            raise ValueError(f"voice: {name.strip()!r} is not a voice of this model; expected one of {', '.join(voices)}")
+        w: float | None = None
+        if sep:
+            try:
+                w = float(weight)
+            except ValueError:
+                w = math.nan
+            if not math.isfinite(w) or w <= 0 or w > 1e6:
+                raise ValueError(f"voice: weight {weight.strip()!r} of {voice}; expected a number above 0")
+        out.append((voice, w))
+    return out
 
 
 @dataclass

@@ -33,7 +33,7 @@ from torch import Tensor
 from ...runtime.oom import is_oom
 from .audio import check_level, check_rate, check_samples, resample, to_channels, to_mono
 from .caches import model_fingerprint, plain
-from .engine import Capabilities, Chunk, Engine, Option, Reference
+from .engine import Capabilities, Chunk, Engine, Option, Reference, parse_voice_blend
 from .segments import Pieces, Segment, join_waves
 
 log = logging.getLogger("mizuoto")
@@ -141,7 +141,9 @@ def check_request(caps: Capabilities, req: SpeakRequest, options: dict[str, Opti
     if req.voice:
         if not caps.voices:
             raise ValueError(f"voice: this model has no named voices; leave it empty (got {req.voice!r})")
-        if req.voice.lower() not in [v.lower() for v in caps.voices]:
+        if caps.voice_blends:
+            parse_voice_blend(req.voice, caps.voices)
+        elif req.voice.lower() not in [v.lower() for v in caps.voices]:
             raise ValueError(f"voice: {req.voice!r} is not a voice of this model; expected one of "
                              f"{', '.join(caps.voices)}")
     elif caps.voice_required:

@@ -67,3 +67,11 @@ def write_tiny(folder: Path, seed: int = 0, voices: tuple[str, ...] = VOICES) ->
         pack = torch.rand((510, 1, 256), generator=torch.Generator().manual_seed(1000 + i)) * 0.6 - 0.3
         torch.save(pack, folder / "voices" / f"{name}.pt")
     return folder
+
+
+def conformance_case(root) -> "Case":
+    from conformance import Case
+
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
+    folder = write_tiny(Path(root) / "kokoro")
+    return Case(folder, SpeakRequest("The quick brown fox. It jumps.", seed=3, speed=1.1, voice="af_bella:0.7,af_sky:0.3"))
