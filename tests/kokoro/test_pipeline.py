@@ -43,9 +43,10 @@ EXPECTED = torch.load(HERE / "fixtures" / "pipeline.pt", weights_only=True)
 CASES = sorted(k for k in EXPECTED if not k.startswith("_"))
 # The joined waveform relative to upstream's max-abs. Ours and upstream run the same ops in the same order
 # (torch.equal on one machine, see the live test), so across machines only fp32 reassociation in matmuls,
-# convolutions, LSTMs and the STFT moves it: measured at most 2e-6 under ATEN_CPU_CAPABILITY=default and
-# =avx2 with one and two threads (README.md). 1e-4 allows x50; a wrong phoneme, duration, style row, blend
-# or noise draw moves it by O(1) (a duration off by one frame shifts everything after it).
+# convolutions, LSTMs and the STFT moves it (and ulps in the tiny folder's weight_g norms): the tests pass
+# under ATEN_CPU_CAPABILITY=default and =avx2 with two threads; the error itself is not yet tabulated. A
+# wrong phoneme, duration, style row, blend or noise draw moves it by O(1) (a duration off by one frame
+# shifts everything after it).
 AUDIO_BOUND = 1e-4
 # Durations are round(sum(sigmoid) / speed): each recorded value lies at least this far from a .5
 # boundary (make_fixtures.py records the distance), ~1e3 above fp32 reassociation noise on values <= 8.
@@ -56,7 +57,8 @@ DURATION_MARGIN = 5e-4
 def folder(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("models")
     path = write_tiny(root / "kokoro" / "tiny")
-    assert make_fixtures.fingerprint(path) == pytest.approx(EXPECTED["_folder"], rel=1e-12), \
+    # weight_g holds fp32 norms, which other kernels round differently by an ulp: 1e-6, not bit equality
+    assert make_fixtures.fingerprint(path) == pytest.approx(EXPECTED["_folder"], rel=1e-6), \
         "tiny.write_tiny no longer writes the folder the fixtures were recorded on: rerun make_fixtures.py"
     return path
 
