@@ -31,6 +31,35 @@ def bare_package(name: str) -> None:
 bare_package("chatterbox")
 
 
+def torchaudio_without_extension() -> None:
+    """torchaudio 2.11's compiled extension has no build for this torch; its resamplers and Kaldi fbank are
+    plain torch, so the package is imported without __init__ and with the extension module stubbed (its
+    flags say "not available", its decorators pass functions through)."""
+    import importlib.machinery
+    bare_package("torchaudio")
+    ext = types.ModuleType("torchaudio._extension")
+    ext.__spec__ = importlib.machinery.ModuleSpec("torchaudio._extension", None)
+    ext._IS_TORCHAUDIO_EXT_AVAILABLE = False
+    ext._IS_ALIGN_AVAILABLE = False
+
+    def passthrough(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: a[0] if a and callable(a[0]) else None
+
+    ext.__getattr__ = passthrough
+    sys.modules["torchaudio._extension"] = ext
+    import torchaudio.compliance.kaldi  # noqa: F401
+    import torchaudio.functional  # noqa: F401
+    import torchaudio.transforms  # noqa: F401
+    ta = sys.modules["torchaudio"]
+    ta.transforms, ta.functional = sys.modules["torchaudio.transforms"], sys.modules["torchaudio.functional"]
+    ta.compliance = sys.modules["torchaudio.compliance"]
+
+
+torchaudio_without_extension()
+
+
 def upstream_t3():
     from chatterbox.models.t3 import llama_configs, t3
     from chatterbox.models.t3.modules import cond_enc
@@ -106,8 +135,35 @@ def text_case(tmp: Path) -> dict:
     return {t: {"norm": scope["punc_norm"](t), "ids": tok.encode(scope["punc_norm"](t))} for t in tiny.TEXTS}
 
 
+def s3_tokenizer_case() -> dict:
+    """Upstream's S3Tokenizer (Chatterbox's S3TokenizerV2 subclass with its own log-mel) at test size on
+    tiny.voice_wav, as prepare_conditionals calls it (max_len = 150 tokens) and without a cut; plus the
+    FSQ projection before rounding, to state how far each digit is from a rounding edge."""
+    from chatterbox.models.s3tokenizer import S3Tokenizer
+    from s3tokenizer.model_v2 import ModelConfig
+    tok = S3Tokenizer("speech_tokenizer_v2_25hz", ModelConfig(**tiny.TINY_S3TOK)).eval()
+    state = {k: v for k, v in tok.state_dict().items() if k not in ("_mel_filters", "window")}
+    tok.load_state_dict(tiny.fill(state, seed=21, scale=tiny.S3TOK_SCALE), strict=False)
+    wav = tiny.voice_wav()
+    out = {"state_shapes": {k: list(v.shape) for k, v in state.items()}}
+    with torch.inference_mode():
+        for name, max_len in (("full", None), ("max_len_40", 40)):
+            tokens, lens = tok.forward([wav.numpy()], max_len=max_len)
+            out[name] = {"tokens": tokens[0].tolist(), "len": int(lens[0])}
+        mel = tok.log_mel_spectrogram(wav[None])
+        hidden, _ = tok.encoder(mel, torch.tensor([mel.shape[-1]]))
+        h = tok.quantizer._codebook.project_down(hidden).float().tanh() * 0.9990000128746033
+    out["edge_margin"] = float(((h.abs() - 0.5).abs()).min())
+    return out
+
+
 def main() -> None:
     import tempfile
+    if sys.argv[1:] == ["s3tokenizer"]:
+        path = Path(__file__).parent / "golden_s3tok.json"
+        path.write_text(json.dumps(s3_tokenizer_case(), indent=0) + "\n")
+        print(path)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         text = text_case(Path(tmp))
     (Path(__file__).parent / "golden_text.json").write_text(json.dumps(text, ensure_ascii=False) + "\n")

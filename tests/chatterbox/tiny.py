@@ -67,3 +67,9 @@ def tokenizer_json() -> str:
 
 TEXTS = ["hello there, the cat...", "", "  Many   spaces  here ", "Quotes “like” this; and – dashes: ok",
          "Ends with a question?", "ünïcode ok"]
+
+# S3 speech tokenizer v2: Chatterbox's S3Tokenizer subclass does not pass its config on to S3TokenizerV2,
+# so upstream always builds the published size; the recording is at that size (upstream ModelConfig
+# fields). 0.1 keeps the projections inside tanh's live range, so the FSQ digits are not all saturated.
+TINY_S3TOK = dict(n_mels=128, n_audio_state=1280, n_audio_head=20, n_audio_layer=6)
+S3TOK_SCALE = 0.1
