@@ -128,6 +128,7 @@ class ModelManager:
             for h in handles:
                 if h not in self.handles:
                     raise ValueError(f"load: component {h.name!r} is not registered with this manager")
+            self._wait_for_holds(handles, owner)
             self._wait_for_components(handles, owner)
             for h in handles:  # in use before placement starts: no upkeep or other request takes them meanwhile
                 h.in_use += 1
@@ -145,6 +146,43 @@ class ModelManager:
             for h in handles:
                 h.touch()
         return decisions
+
+    def _wait_for_holds(self, handles: list[ModelHandle], owner: object) -> None:
+        """Wait (cancellable) while an exclusive job (training) holds one of the phase's devices."""
+        devices = {str(h.device) for h in handles if self.devices.is_managed(h.device)}
+        held = {d: self.devices.holder(d) for d in devices}
+        held = {d: who for d, who in held.items() if who is not None}
+        if not held:
+            return
+        log.info("waiting for %s: held by %s", ", ".join(held), ", ".join(sorted(set(held.values()))))
+        while any(self.devices.holder(d) is not None for d in held):
+            if getattr(owner, "cancelled", False):
+                raise Cancelled("request cancelled while waiting for a device held by a training job")
+            self._cond.wait(timeout=0.1)
+
+    @contextmanager
+    def exclusive(self, device: torch.device | str, holder: str) -> Iterator[None]:
+        """Hold `device` for one job: new phases there wait, running ones finish, then every idle
+        component leaves it; the hold drops (and waiting phases go on) when the block ends."""
+        device = self.devices.normalize(device)
+        with self._cond:
+            self.devices.take_hold(device, holder)
+            try:
+                while any(h.in_use for h in self.handles if str(h.device) == str(device)):
+                    self._cond.wait(timeout=0.1)
+                for h in self.yield_order(device):
+                    h.unload()
+                self.devices.empty_cache(device)
+            except BaseException:
+                self.devices.drop_hold(device, holder)
+                raise
+        log.info("%s holds %s", holder, device)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.devices.drop_hold(device, holder)
+                self._cond.notify_all()
 
     def _wait_for_components(self, handles: list[ModelHandle], owner: object) -> None:
         """Wait (cancellable) while another request uses one of `handles`: placing it for this request
