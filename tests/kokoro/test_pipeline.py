@@ -35,9 +35,8 @@ from mizuoto.nodes.pack.pipeline import SpeakRequest, speak
 from mizuoto.nodes.pack.segments import join_waves
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))                               # --import-mode=importlib adds no test dirs
-import make_fixtures  # noqa: E402
-from tiny import write_tiny  # noqa: E402
+from kokoro import make_fixtures  # noqa: E402  (tests/ is on sys.path: conftest)
+from kokoro.tiny import write_tiny  # noqa: E402
 
 EXPECTED = torch.load(HERE / "fixtures" / "pipeline.pt", weights_only=True)
 CASES = sorted(k for k in EXPECTED if not k.startswith("_"))
