@@ -1,7 +1,9 @@
 """VibeVoice's diffusion head and DPM-Solver++ sampling with CFG against upstream's repository code.
 
-Golden file (fixtures/head.safetensors, recorded by make_fixtures.py): floats at 1e-5 relative + 1e-5
-absolute. Why that bound holds on any x86 CPU: everything is float32; a CPU's matmul kernel (AVX2, AVX-512,
+Golden file (fixtures/head.safetensors, recorded by make_fixtures.py): floats within 1e-5 of each tensor's
+largest magnitude (latents reach ~60, where one float32 ulp is 4e-6; an element near zero carries the
+error of the large terms it was computed from, so an element-wise relative bound is the wrong shape:
+scalar kernels measured 1.5e-5 at a scale of 63, 2.4e-7 of it). Why that bound holds on any x86 CPU: everything is float32; a CPU's matmul kernel (AVX2, AVX-512,
 thread count) may sum a row in a different order, an error of about n * 2**-24 * |terms| for the at most
 256-term sums here (~1.5e-5 relative in the worst case, far less in practice); the ten DPM-Solver steps are
 contractions toward the x0 prediction and do not amplify it. Timesteps are integers and compared exactly.
@@ -61,7 +63,9 @@ def test_golden_head_and_latents() -> None:
         if k.startswith("timesteps."):
             assert torch.equal(v, tensors[k]), k
         else:
-            torch.testing.assert_close(v, tensors[k], rtol=1e-5, atol=1e-5, msg=k)
+            ref = tensors[k]
+            bound = 1e-5 * max(1.0, ref.abs().max().item())
+            assert v.shape == ref.shape and (v - ref).abs().max().item() <= bound, (k, (v - ref).abs().max().item())
 
 
 @pytest.mark.skipif(not LIVE, reason="live parity needs VIBEVOICE_VENV (reference venv) and VIBEVOICE_SRC "
