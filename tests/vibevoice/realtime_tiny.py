@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 
 from mizuoto.nodes.vibevoice.model import UNUSED_PREFIXES, RealtimeConfig, VibeVoiceRealtime
+from mizuoto.nodes.vibevoice.voices import PARTS, Prefilled, VoicePreset
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "fixtures" / "realtime.safetensors"
@@ -41,3 +42,14 @@ def model_from(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> VibeVo
     assert len(used) < len(weights)     # the recording holds the unused parts the published file holds
     model.load_state_dict(used, strict=True)
     return model
+
+
+def preset_from(tensors: dict[str, torch.Tensor]) -> VoicePreset:
+    """The voice preset upstream prefilled for the recording (its four parts' hidden states and caches)."""
+    parts = {}
+    for name in PARTS:
+        n = sum(1 for k in tensors if k.startswith(f"preset.{name}.k"))
+        parts[name] = Prefilled(tensors[f"preset.{name}.hidden"],
+                                tuple(tensors[f"preset.{name}.k{i}"] for i in range(n)),
+                                tuple(tensors[f"preset.{name}.v{i}"] for i in range(n)))
+    return VoicePreset(**parts)
