@@ -53,3 +53,14 @@ def preset_from(tensors: dict[str, torch.Tensor]) -> VoicePreset:
                                 tuple(tensors[f"preset.{name}.k{i}"] for i in range(n)),
                                 tuple(tensors[f"preset.{name}.v{i}"] for i in range(n)))
     return VoicePreset(**parts)
+
+
+def write_folder(tensors: dict[str, torch.Tensor], meta: dict[str, str], folder: Path) -> Path:
+    """The recorded tiny model as a model folder in the published layout (config.json, model.safetensors holding
+    every part upstream saves, the unused ones included)."""
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(meta["config"])
+    save_file({k[len("weight."):]: v for k, v in tensors.items() if k.startswith("weight.")},
+              str(folder / "model.safetensors"))
+    return folder
