@@ -39,11 +39,12 @@ class Generated:
     eos_logits: tuple[float, ...]   # the EOS classifier's logit after each speech frame (stop when > 0)
 
 
-def _cache(part: Prefilled, like: Tensor) -> DynamicCache:
-    """A KV cache holding a preset part's keys / values, in the model's dtype and device."""
+def _cache(part: Prefilled, device: torch.device, dtype: torch.dtype) -> DynamicCache:
+    """A KV cache holding a preset part's keys / values in the compute dtype and device (presets are bfloat16;
+    upstream's first torch.cat promotes them the same way, exactly)."""
     cache = DynamicCache()
     for i, (k, v) in enumerate(zip(part.keys, part.values)):
-        cache.update(i, k.to(like), v.to(like))
+        cache.update(i, k.to(device=device, dtype=dtype), v.to(device=device, dtype=dtype))
     return cache
 
 
@@ -64,9 +65,12 @@ def _check(model: VibeVoiceRealtime, preset: VoicePreset) -> None:
 @torch.no_grad()
 def generate(model: VibeVoiceRealtime, preset: VoicePreset, text_ids: Tensor, *, cfg_scale: float, steps: int,
              generator: torch.Generator, max_new_tokens: int | None = None,
-             on_audio: Callable[[Tensor], None] | None = None) -> Generated:
+             on_audio: Callable[[Tensor], None] | None = None, device: torch.device | str | None = None,
+             dtype: torch.dtype | None = None) -> Generated:
     """Speech for `text_ids` (1-D token ids of the text, upstream's `tts_text_ids`) in the voice of `preset`.
-    `on_audio` receives each frame's audio (channels, hop) as soon as it is decoded."""
+    `on_audio` receives each frame's audio (channels, hop) as soon as it is decoded. `device` / `dtype`: where
+    and in what the activations live (default: those of the model's weights; a runtime that streams the
+    weights in passes its compute device)."""
     if text_ids.dim() != 1 or text_ids.numel() == 0 or text_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"text_ids {tuple(text_ids.shape)} {text_ids.dtype}: expected a non-empty 1-D integer tensor")
     if not cfg_scale > 0:
@@ -74,12 +78,12 @@ def generate(model: VibeVoiceRealtime, preset: VoicePreset, text_ids: Tensor, *,
     _check(model, preset)
     c = model.config
     weight = model.model.tts_input_types.weight
-    device = weight.device
+    device = torch.device(device) if device is not None else weight.device
+    dtype = dtype or weight.dtype
     text = text_ids.to(device=device, dtype=torch.long)[None]
-    lm_cache, tts_cache, neg_cache = _cache(preset.lm, weight), _cache(preset.tts_lm, weight), \
-        _cache(preset.neg_tts_lm, weight)
-    tts_last = preset.tts_lm.last_hidden_state[:, -1, :].to(weight)
-    neg_last = preset.neg_tts_lm.last_hidden_state[:, -1, :].to(weight)
+    lm_cache, tts_cache, neg_cache = (_cache(p, device, dtype) for p in (preset.lm, preset.tts_lm, preset.neg_tts_lm))
+    tts_last = preset.tts_lm.last_hidden_state[:, -1, :].to(device=device, dtype=dtype)
+    neg_last = preset.neg_tts_lm.last_hidden_state[:, -1, :].to(device=device, dtype=dtype)
     lm_pos, tts_pos, neg_pos = preset.lm.length, preset.tts_lm.length, preset.neg_tts_lm.length
     # upstream: max_new_tokens defaults to max_position_embeddings - the prompt, and max_length is the prompt plus it
     max_length = preset.tts_lm.length + (max_new_tokens if max_new_tokens is not None

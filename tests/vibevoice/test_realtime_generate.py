@@ -104,3 +104,19 @@ def test_a_preset_of_another_model_is_refused() -> None:
     with pytest.raises(ValueError, match="voice preset 'tts_lm'"):
         generate(model_from(tensors, meta), short, torch.tensor([1]), cfg_scale=1.5, steps=2,
                  generator=torch.Generator())
+
+
+def test_a_bfloat16_preset_runs_like_its_float32_copy() -> None:
+    """Published presets are bfloat16: cast to the compute dtype up front, as upstream's first cat promotes them."""
+    tensors, meta = read(GOLDEN)
+    p = preset_from(tensors)
+    half = type(p)(*(type(x)(x.last_hidden_state.bfloat16(), tuple(k.bfloat16() for k in x.keys),
+                             tuple(v.bfloat16() for v in x.values)) for x in (p.lm, p.tts_lm, p.neg_lm, p.neg_tts_lm)))
+    back = type(p)(*(type(x)(x.last_hidden_state.float(), tuple(k.float() for k in x.keys),
+                             tuple(v.float() for v in x.values)) for x in (half.lm, half.tts_lm, half.neg_lm, half.neg_tts_lm)))
+    model = model_from(tensors, meta)
+    text = torch.tensor(json.loads(meta["text"]))[:6]
+    a = generate(model, half, text, cfg_scale=1.5, steps=2, generator=torch.Generator().manual_seed(1), max_new_tokens=20)
+    b = generate(model, back, text, cfg_scale=1.5, steps=2, generator=torch.Generator().manual_seed(1), max_new_tokens=20,
+                 device="cpu", dtype=torch.float32)
+    assert a.audio.dtype == torch.float32 and torch.equal(a.audio, b.audio) and a.frames == b.frames
