@@ -67,10 +67,33 @@ class AcousticConfig:
                              "conv_norm 'none', disable_last_norm) is supported")
         if d.get("pad_mode", "constant") not in PAD_MODES:
             raise fail("pad_mode", f"expected one of {', '.join(PAD_MODES)}")
-        return cls(int(d.get("vae_dim", 64)), int(d.get("channels", 1)), int(d.get("decoder_n_filters", 32)),
-                   tuple(ratios), depths, float(d.get("layernorm_eps", 1e-5)), d.get("pad_mode", "constant"),
-                   bool(d.get("conv_bias", True)), float(d.get("layer_scale_init_value", 1e-6)),
+        w = "acoustic_tokenizer_config"
+        scale = d.get("layer_scale_init_value", 1e-6)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale < float("inf"):
+            raise fail("layer_scale_init_value", "expected a non-negative number")
+        return cls(int_field(d, "vae_dim", w, 64), int_field(d, "channels", w, 1), int_field(d, "decoder_n_filters", w, 32),
+                   tuple(ratios), depths, float_field(d, "layernorm_eps", w, 1e-5), d.get("pad_mode", "constant"),
+                   bool(d.get("conv_bias", True)), float(scale),
                    d.get("mixer_layer", "depthwise_conv") == "depthwise_conv")
+
+
+def int_field(d: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    """A positive integer field (`default` when absent; required when no default)."""
+    name = f"{where}.{key}" if where else key
+    v = d.get(key, default)
+    if v is None:
+        raise ValueError(f"{name} missing")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} {v!r}: expected a positive integer")
+    return v
+
+
+def float_field(d: dict[str, Any], key: str, where: str, default: float) -> float:
+    """A positive finite number field (`default` when absent)."""
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+        raise ValueError(f"{where}.{key} {v!r}: expected a positive number")
+    return float(v)
 
 
 class ConvRMSNorm(nn.Module):

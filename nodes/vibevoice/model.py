@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache
 from ..blocks.transformer import RMSNorm, RotaryEmbedding, qwen2_layer, run_layers
-from .acoustic import AcousticConfig, AcousticTokenizer
-from .diffusion_head import DiffusionHead, HeadConfig
+from .acoustic import AcousticConfig, AcousticTokenizer, float_field as _float, int_field as _int
+from .diffusion_head import DiffusionHead, HeadConfig, scheduler_for
 
 # Keys of a published checkpoint the Realtime model never reads: the TTS LM's own (unused) embedding table and
 # the acoustic encoder (the voices come as prefilled presets).
@@ -67,41 +67,48 @@ class RealtimeConfig:
     def from_dict(cls, d: dict[str, Any]) -> RealtimeConfig:
         """A VibeVoice-Realtime config.json; errors name the field."""
         if d.get("model_type") != "vibevoice_streaming":
-            raise ValueError(f"config.json: model_type {d.get('model_type')!r}, expected 'vibevoice_streaming'")
+            raise ValueError(f"model_type {d.get('model_type')!r}, expected 'vibevoice_streaming'")
         for part in ("decoder_config", "diffusion_head_config", "acoustic_tokenizer_config"):
             if not isinstance(d.get(part), dict):
-                raise ValueError(f"config.json: {part} missing or not an object")
+                raise ValueError(f"{part} missing or not an object")
         q = d["decoder_config"]
         if q.get("model_type", "qwen2") != "qwen2":
             raise ValueError(f"decoder_config.model_type {q.get('model_type')!r}: only 'qwen2' is supported")
         if q.get("use_sliding_window"):
             raise ValueError("decoder_config.use_sliding_window: sliding-window attention is not supported")
-        try:
-            heads = int(q["num_attention_heads"])
-            qwen = Qwen2Config(int(q["hidden_size"]), int(q["intermediate_size"]), int(q["num_hidden_layers"]),
-                               heads, int(q.get("num_key_value_heads") or heads), int(q["vocab_size"]),
-                               int(q.get("max_position_embeddings", 32768)), float(q.get("rms_norm_eps", 1e-6)),
-                               float(q.get("rope_theta", 10000.0)))
-        except KeyError as e:
-            raise ValueError(f"decoder_config.{e.args[0]} missing") from None
+        heads = _int(q, "num_attention_heads", "decoder_config")
+        qwen = Qwen2Config(_int(q, "hidden_size", "decoder_config"), _int(q, "intermediate_size", "decoder_config"),
+                           _int(q, "num_hidden_layers", "decoder_config"), heads,
+                           _int(q, "num_key_value_heads", "decoder_config", heads),
+                           _int(q, "vocab_size", "decoder_config"),
+                           _int(q, "max_position_embeddings", "decoder_config", 32768),
+                           _float(q, "rms_norm_eps", "decoder_config", 1e-6),
+                           _float(q, "rope_theta", "decoder_config", 10000.0))
+        if q.get("rope_scaling") is not None:
+            raise ValueError("decoder_config.rope_scaling: only the default RoPE is supported")
         if qwen.hidden_size % heads or heads % qwen.num_key_value_heads:
             raise ValueError(f"decoder_config: hidden_size {qwen.hidden_size}, num_attention_heads {heads} and "
                              f"num_key_value_heads {qwen.num_key_value_heads} do not divide")
-        tts = d.get("tts_backbone_num_hidden_layers", 20)
-        if not isinstance(tts, int) or not 0 < tts < qwen.num_hidden_layers:
-            raise ValueError(f"tts_backbone_num_hidden_layers {tts!r}: expected 1..{qwen.num_hidden_layers - 1} "
+        tts = _int(d, "tts_backbone_num_hidden_layers", "", 20)
+        if not tts < qwen.num_hidden_layers:
+            raise ValueError(f"tts_backbone_num_hidden_layers {tts}: expected 1..{qwen.num_hidden_layers - 1} "
                              "(fewer than decoder_config.num_hidden_layers)")
-        h = d["diffusion_head_config"]
-        head = HeadConfig(int(h.get("hidden_size", qwen.hidden_size)), int(h.get("head_layers", 4)),
-                          float(h.get("head_ffn_ratio", 3.0)), float(h.get("rms_norm_eps", 1e-5)),
-                          int(h.get("latent_size", 64)), str(h.get("prediction_type", "v_prediction")),
-                          int(h.get("ddpm_num_steps", 1000)), int(h.get("ddpm_num_inference_steps", 20)),
+        h, where = d["diffusion_head_config"], "diffusion_head_config"
+        head = HeadConfig(_int(h, "hidden_size", where, qwen.hidden_size), _int(h, "head_layers", where, 4),
+                          _float(h, "head_ffn_ratio", where, 3.0), _float(h, "rms_norm_eps", where, 1e-5),
+                          _int(h, "latent_size", where, 64), str(h.get("prediction_type", "v_prediction")),
+                          _int(h, "ddpm_num_steps", where, 1000), _int(h, "ddpm_num_inference_steps", where, 20),
                           str(h.get("ddpm_beta_schedule", "cosine")))
+        try:
+            scheduler_for(head)
+        except ValueError as e:
+            raise ValueError(f"diffusion_head_config: {e}") from None
         acoustic = AcousticConfig.from_dict(d["acoustic_tokenizer_config"])
         if head.hidden_size != qwen.hidden_size or head.latent_size != acoustic.vae_dim:
             raise ValueError(f"diffusion_head_config: hidden_size {head.hidden_size} / latent_size {head.latent_size} "
                              f"must equal the LM width {qwen.hidden_size} / acoustic vae_dim {acoustic.vae_dim}")
         return cls(qwen, tts, head, acoustic)
+
 
 
 class Qwen2Stack(nn.Module):

@@ -102,6 +102,16 @@ def test_two_streams_do_not_share_state() -> None:
     (lambda d: d["acoustic_tokenizer_config"].update(encoder_depths="1-1"), "depths"),
     (lambda d: d["acoustic_tokenizer_config"].update(pad_mode="circular"), "pad_mode"),
     (lambda d: d["diffusion_head_config"].update(latent_size=4), "latent_size"),
+    (lambda d: d["decoder_config"].update(hidden_size="32"), "decoder_config.hidden_size '32'"),
+    (lambda d: d["decoder_config"].update(num_key_value_heads=3), "num_key_value_heads 3"),
+    (lambda d: d["decoder_config"].update(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
+    (lambda d: d["decoder_config"].update(rms_norm_eps=0), "decoder_config.rms_norm_eps"),
+    (lambda d: d["diffusion_head_config"].update(ddpm_beta_schedule="karras"), "diffusion_head_config: beta_schedule"),
+    (lambda d: d["diffusion_head_config"].update(head_layers=True), "diffusion_head_config.head_layers"),
+    (lambda d: d.update(tts_backbone_num_hidden_layers=0), "tts_backbone_num_hidden_layers 0"),
+    (lambda d: d["acoustic_tokenizer_config"].update(vae_dim="8"), "acoustic_tokenizer_config.vae_dim '8'"),
+    (lambda d: d["acoustic_tokenizer_config"].update(layer_scale_init_value=-1.0), "layer_scale_init_value"),
+    (lambda d: d["acoustic_tokenizer_config"].update(decoder_ratios=[2, 0]), "decoder_ratios"),
 ])
 def test_bad_configs_name_the_field(edit, match: str) -> None:
     import copy
