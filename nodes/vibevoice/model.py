@@ -163,6 +163,11 @@ class RealtimeModel(nn.Module):
         self.register_buffer("speech_bias_factor", torch.tensor(float("nan")))
         self.prediction_head = DiffusionHead(c.head)
 
+    def forward(self, latents: Tensor) -> Tensor:
+        """Sampled latents -> the acoustic decoder's input (upstream: / scaling - bias). The two scalars are this
+        module's own buffers, read in its forward (the runtime's hooks see every weight where it is used)."""
+        return latents / self.speech_scaling_factor.to(latents.device) - self.speech_bias_factor.to(latents.device)
+
 
 class VibeVoiceRealtime(nn.Module):
     """The whole Realtime model (`model.*` and `tts_eos_classifier.*`)."""
@@ -187,6 +192,5 @@ class VibeVoiceRealtime(nn.Module):
         return h, self.tts_eos_classifier(h[:, -1, :])
 
     def latents_to_decoder(self, latents: Tensor) -> Tensor:
-        """Sampled latents -> the acoustic decoder's input (upstream: / scaling - bias)."""
-        m = self.model
-        return latents / m.speech_scaling_factor.to(latents.device) - m.speech_bias_factor.to(latents.device)
+        """Sampled latents -> the acoustic decoder's input (RealtimeModel.forward)."""
+        return self.model(latents)
