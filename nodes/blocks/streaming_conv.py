@@ -124,6 +124,11 @@ class StreamingConvTranspose1d(nn.Module):
     def forward(self, x: Tensor, cache: StreamingConvCache | None = None) -> Tensor:
         if cache is None:
             return self._trim(self.convtr(x))
+        if self.pad_left:
+            # upstream's streaming keeps the first chunk's left-trimmed output whole and the later chunks'
+            # last samples, which only line up when nothing is trimmed on the left
+            raise ValueError(f"streaming a transposed conv needs trim_right_ratio 1 (this one trims {self.pad_left} "
+                             "samples on the left)")
         state = cache.get(self)
         full = x if state is None else torch.cat([state, x], dim=2)
         y = self._trim(self.convtr(full))
