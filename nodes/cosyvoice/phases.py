@@ -279,6 +279,9 @@ class CosyVoiceEngine(Engine):
             out["speech_feat"] = torch.zeros(1, 0, 80)
         return out
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [self.prompt_handles, [self.llm_handle], [self.flow_handle], [self.hift_handle]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         prompt = self.voice_prompt(ctx, chunk)
         if only_punctuation(self.lm_text(chunk)):
