@@ -119,8 +119,10 @@ class ModelManager:
     def calibration_key(handle: ModelHandle) -> str:
         return f"{handle.engine}:{handle.name}"
 
-    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None) -> dict[str, dict]:
-        """Place a phase's components for `memory` bytes of working memory; marks them in use."""
+    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None,
+             spent: Iterable[ModelHandle] = ()) -> dict[str, dict]:
+        """Place a phase's components for `memory` bytes of working memory; marks them in use. `spent`:
+        components the request is done with, which give up memory first (before ComfyUI's models)."""
         decisions: dict[str, dict] = {}
         policy = getattr(owner, "policy", None) or self._policy
         owner = owner if owner is not None else threading.current_thread()  # calls without a request: per thread
@@ -139,7 +141,7 @@ class ModelManager:
                     group = [h for h in handles if str(h.device) == device]
                     if self.devices.is_managed(device):
                         self._wait_for_room(group, memory, owner, policy)
-                        decisions |= self._load_group(torch.device(device), group, memory, policy)
+                        decisions |= self._load_group(torch.device(device), group, memory, policy, spent)
             except BaseException:
                 self.release(handles)
                 raise
@@ -240,7 +242,7 @@ class ModelManager:
             self._cond.notify_all()
 
     def _load_group(self, device: torch.device, group: list[ModelHandle], memory: int,
-                    policy: VramPolicy) -> dict[str, dict]:
+                    policy: VramPolicy, spent: Iterable[ModelHandle] = ()) -> dict[str, dict]:
         mode = policy.get("compute.vram_mode")
         working = self.working_bytes(group, memory)
         reserve = self.reserve_bytes(device, policy)
@@ -248,11 +250,15 @@ class ModelManager:
         if mode == "none":
             pending = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group)
         need = pending + working + reserve
+        reason = ", ".join(h.name for h in group)
+        free = self.free_bytes(device, policy)
+        if spent and free < need:
+            self.make_room(device, need - free, exclude=group, among=spent, reason=reason, policy=policy)
         if self.arbiter is not None:
             self.arbiter.make_room(device, group, need)
         free = self.free_bytes(device, policy)
         if free < need:
-            self.make_room(device, need - free, exclude=group, reason=", ".join(h.name for h in group), policy=policy)
+            self.make_room(device, need - free, exclude=group, reason=reason, policy=policy)
             free = self.free_bytes(device, policy)
         # Room for the weights: free memory plus what the group already holds.
         room = free + sum(h.loaded_bytes for h in group) - working - reserve
@@ -302,19 +308,22 @@ class ModelManager:
             return psutil.virtual_memory().available > policy.ram_reserve_bytes()
         return setting == "on"
 
-    def yield_order(self, device: torch.device | str, exclude: Iterable[ModelHandle] = ()) -> list[ModelHandle]:
-        """Idle components on the device in the order they give up memory."""
+    def yield_order(self, device: torch.device | str, exclude: Iterable[ModelHandle] = (),
+                    among: Iterable[ModelHandle] | None = None) -> list[ModelHandle]:
+        """Idle components on the device (of `among`, when given) in the order they give up memory."""
         excluded = set(exclude)
-        idle = [h for h in self.handles if str(h.device) == str(torch.device(device))
+        candidates = self.handles if among is None else [h for h in self.handles if h in set(among)]
+        idle = [h for h in candidates if str(h.device) == str(torch.device(device))
                 and h not in excluded and h.in_use == 0 and h.loaded_bytes > 0]
         return sorted(idle, key=lambda h: (not h.partial, h.pinned, h.last_used))
 
     def make_room(self, device: torch.device | str, nbytes: int, exclude: Iterable[ModelHandle] = (),
-                  reason: str = "", policy: VramPolicy | None = None) -> int:
-        """Idle components yield `nbytes` (unit by unit, or whole in high/shared mode)."""
+                  reason: str = "", policy: VramPolicy | None = None,
+                  among: Iterable[ModelHandle] | None = None) -> int:
+        """Idle components (of `among`, when given) yield `nbytes` (unit by unit, or whole in high/shared mode)."""
         whole = (policy or self._policy).get("compute.vram_mode") in ("high", "shared")
         freed = 0
-        for h in self.yield_order(device, exclude):
+        for h in self.yield_order(device, exclude, among):
             if freed >= nbytes:
                 break
             got = h.unload() if whole else h.partially_unload(nbytes - freed)
