@@ -73,3 +73,64 @@ TEXTS = ["hello there, the cat...", "", "  Many   spaces  here ", "Quotes “lik
 # fields). 0.1 keeps the projections inside tanh's live range, so the FSQ digits are not all saturated.
 TINY_S3TOK = dict(n_mels=128, n_audio_state=1280, n_audio_head=20, n_audio_layer=6)
 S3TOK_SCALE = 0.1
+
+# S3Gen at test size: upstream's S3Token2Wav builds its parts with fixed arguments, so make_fixtures
+# replaces the classes it calls by these partials (the names it loads by are unchanged). The encoder's
+# input width must equal its output width (its up_embed takes the upsampled output): 64 for the token
+# embedding too.
+TINY_S3GEN = dict(
+    encoder=dict(input_size=64, output_size=64, attention_heads=2, linear_units=128, num_blocks=2),
+    decoder=dict(channels=[64], attention_head_dim=64, n_blocks=1, num_mid_blocks=2, num_heads=2),
+    hift=dict(base_channels=64),
+    f0=dict(cond_channels=64),
+    campplus=dict(growth_rate=8, bn_size=2, init_channels=32),
+    tokenizer=dict(n_mels=128, n_audio_state=128, n_audio_head=2, n_audio_layer=2),
+)
+S3GEN_TOKENS = 30        # speech tokens of the S3Gen cases (1.2 s of audio)
+
+
+def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31) -> dict[str, torch.Tensor]:
+    """Random S3Gen weights by name at a well-conditioned scale (rows ~ unit norm), so the 10 Euler
+    steps, the HiFT resblocks and CAM++'s batch norms stay in range: batch-norm variances positive,
+    weight-norm gains near 1, the f0 head's bias at 150 Hz so the sine source is voiced, HiFT's last conv
+    small so its output stays mostly below the 0.99 clip."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for k in sorted(shapes):
+        shape = tuple(shapes[k])
+        if k.endswith("num_batches_tracked"):
+            out[k] = torch.zeros(shape, dtype=torch.long)
+            continue
+        r = torch.randn(shape, generator=g)
+        if k.endswith("running_var"):
+            out[k] = 1 + 0.5 * r.abs()
+        elif k.endswith("f0_predictor.classifier.bias"):
+            out[k] = 150 + 10 * r
+        elif k.startswith("mel2wav.conv_post."):    # log-magnitudes near -1, so the audio is not all clipped
+            out[k] = (0.1 if k.endswith("original0") else 1.0) * (1 + 0.1 * r) if "weight" in k else -1 + 0.1 * r
+        elif k.endswith("original0") or k.endswith(".alpha") or (len(shape) == 1 and k.endswith("weight")):
+            out[k] = 1 + 0.1 * r
+        elif len(shape) <= 1 or k.endswith("pos_bias_u") or k.endswith("pos_bias_v"):
+            out[k] = 0.1 * r
+        elif "embedding" in k and len(shape) == 2:
+            out[k] = r
+        else:
+            out[k] = r / (r[0].numel() ** 0.5)
+    return out
+
+
+def s3gen_tokens(seed: int = 32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 6561, (1, S3GEN_TOKENS), generator=g)
+
+
+def voice_wav_24k(seed: int = 8, seconds: float = 2.0) -> torch.Tensor:
+    """24 kHz mono float32 reference for S3Gen: voice_wav's recipe at 24 kHz."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(seconds * 24000)
+    t = torch.arange(n, dtype=torch.float64) / 24000
+    f0 = 160 + 20 * torch.sin(2 * torch.pi * 2.0 * t)
+    voiced = 0.3 * torch.sin(2 * torch.pi * torch.cumsum(f0, 0) / 24000) + 0.05 * torch.randn(n, generator=g,
+                                                                                             dtype=torch.float64)
+    env = ((t > 0.2) & (t < seconds - 0.3)).double()
+    return (voiced * env + 1e-4 * torch.randn(n, generator=g, dtype=torch.float64)).float()
