@@ -134,3 +134,78 @@ def voice_wav_24k(seed: int = 8, seconds: float = 2.0) -> torch.Tensor:
                                                                                              dtype=torch.float64)
     env = ((t > 0.2) & (t < seconds - 0.3)).double()
     return (voiced * env + 1e-4 * torch.randn(n, generator=g, dtype=torch.float64)).float()
+
+
+# ---- a tiny model folder in the published layout (ResembleAI/chatterbox) ----------------------------------
+# The loader reads sizes from the tensor shapes with the published head width of 64, so this T3 keeps it.
+FOLDER_LLAMA = dict(TINY_LLAMA, hidden_size=128, intermediate_size=256, num_attention_heads=2, head_dim=64,
+                    num_key_value_heads=2)
+FOLDER_PERCEIVER = dict(pre_attention_query_token=32, pre_attention_query_size=128, embedding_dim=128,
+                        num_attn_heads=4)
+FOLDER_T3_TOKENS = 16        # max speech tokens per request in the folder's tests (upstream: 1000)
+
+
+def s3gen_shapes() -> dict[str, list[int]]:
+    """Upstream S3Gen's tensor names and shapes at TINY_S3GEN (recorded in golden_s3gen.pt)."""
+    from pathlib import Path
+    return torch.load(Path(__file__).parent / "golden_s3gen.pt", weights_only=True)["state_shapes"]
+
+
+def t3_shapes() -> dict[str, list[int]]:
+    """T3's upstream names at FOLDER_LLAMA (our T3 has upstream's names: test_t3 checks them)."""
+    from mizuoto.nodes.chatterbox.t3 import T3, T3Config
+    c = FOLDER_LLAMA
+    with torch.device("meta"):
+        model = T3(T3Config(hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
+                            num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
+                            num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"]))
+    return {k: list(v.shape) for k, v in model.state_dict().items()}
+
+
+def ve_shapes() -> dict[str, list[int]]:
+    from mizuoto.nodes.chatterbox.voice_encoder import VoiceEncoder
+    with torch.device("meta"):
+        return {k: list(v.shape) for k, v in VoiceEncoder().state_dict().items()}
+
+
+def builtin_conds(seed: int = 33) -> dict:
+    """conds.pt's content in upstream's form (Conditionals.save: t3 = T3Cond.__dict__, gen = ref_dict)."""
+    g = torch.Generator().manual_seed(seed)
+    mel = torch.load(__import__("pathlib").Path(__file__).parent / "golden_s3gen.pt", weights_only=True)
+    prompt_token = mel["prompt_token"][:, :20]
+    return {"t3": {"speaker_emb": torch.nn.functional.normalize(torch.randn(1, 256, generator=g), dim=1),
+                   "clap_emb": None,
+                   "cond_prompt_speech_tokens": torch.randint(0, 6561, (1, 24), generator=g),
+                   "cond_prompt_speech_emb": None, "emotion_adv": 0.5 * torch.ones(1, 1, 1)},
+            "gen": {"prompt_token": prompt_token, "prompt_token_len": torch.tensor([20]),
+                    "prompt_feat": mel["prompt_feat"][:, :40].clone(), "prompt_feat_len": None,
+                    "embedding": mel["embedding"].clone()}}
+
+
+def write_folder(root) -> "Path":
+    """t3_cfg / s3gen / ve .safetensors, tokenizer.json and conds.pt with tiny random weights by name."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+    folder = Path(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    t3 = {k: torch.randn(v, generator=torch.Generator().manual_seed(i)) * 0.5 for i, (k, v) in
+          enumerate(sorted(t3_shapes().items()))}
+    save_file({k: v.contiguous() for k, v in t3.items()}, str(folder / "t3_cfg.safetensors"))
+    save_file({k: v.contiguous() for k, v in fill_s3gen(s3gen_shapes()).items()}, str(folder / "s3gen.safetensors"))
+    g = torch.Generator().manual_seed(3)
+    ve = {k: torch.randn(v, generator=g) * VE_SCALE for k, v in sorted(ve_shapes().items())}
+    save_file(ve, str(folder / "ve.safetensors"))
+    (folder / "tokenizer.json").write_text(tokenizer_json())
+    torch.save(builtin_conds(), folder / "conds.pt")
+    return folder
+
+
+def conformance_case(root) -> "Case":
+    from pathlib import Path
+
+    from conformance import Case
+
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
+    folder = write_folder(Path(root) / "chatterbox")
+    return Case(folder, SpeakRequest("Hello there.", seed=3, options={"max_new_tokens": FOLDER_T3_TOKENS}))
