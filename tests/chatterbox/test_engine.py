@@ -20,6 +20,7 @@ from mizuoto.runtime.loading import CheckpointError
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")   # tiny matrices: one thread is faster on a loaded machine
 OPTIONS = {"max_new_tokens": tiny.FOLDER_T3_TOKENS}
 
 
