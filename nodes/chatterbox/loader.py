@@ -91,7 +91,9 @@ def load_s3gen(path: Path, dtype: torch.dtype) -> S3Gen:
     from safetensors import safe_open
     try:
         with safe_open(str(path), framework="pt") as f:
-            state = {k: f.get_tensor(k) for k in f.keys()}
+            # cloned: safe_open's tensors can sit at any byte offset, and a misaligned weight takes other SIMD
+            # paths (other summation orders) than the aligned copy upstream's load_state_dict makes
+            state = {k: f.get_tensor(k).clone() for k in f.keys()}
     except FileNotFoundError:
         raise
     except Exception as e:      # safetensors raises its own error types for a damaged file

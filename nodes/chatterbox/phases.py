@@ -177,7 +177,7 @@ class ChatterboxEngine(Engine):
         cond_len = 2 + (c.perceiver_queries if prompt_tokens is not None and prompt_tokens.numel() else 0)
         tokens = ctx.run("t3", [self.t3_handle], run, memory=self.t3_memory(cond_len + ids.numel() + 2, s.max_new_tokens),
                          generators=(ctx.generator,))
-        return [t for t in tokens if t < SPEECH_VOCAB]        # upstream's drop_invalid_tokens
+        return drop_invalid_tokens(tokens, c.start_speech_token, c.stop_speech_token)
 
     def mel(self, ctx: RequestContext, tokens: list[int], gen: S3GenReference) -> Tensor:
         s3 = self.bundle.s3gen
@@ -215,3 +215,11 @@ class ChatterboxEngine(Engine):
             return torch.zeros(0)
         gen = S3GenReference(prompt["gen_prompt_token"], prompt["gen_prompt_feat"], prompt["gen_embedding"])
         return self.vocode(ctx, self.mel(ctx, tokens, gen))
+
+
+def drop_invalid_tokens(tokens: list[int], sos: int, eos: int) -> list[int]:
+    """Upstream's `drop_invalid_tokens` then `tokens[tokens < 6561]`: what follows a drawn start-of-speech
+    token (the first one; upstream fails on two) up to the stop token, without the other non-speech ids."""
+    start = tokens.index(sos) + 1 if sos in tokens else 0
+    end = tokens.index(eos) if eos in tokens else len(tokens)
+    return [t for t in tokens[start:end] if t < SPEECH_VOCAB]

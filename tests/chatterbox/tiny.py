@@ -209,3 +209,25 @@ def conformance_case(root) -> "Case":
     from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_folder(Path(root) / "chatterbox")
     return Case(folder, SpeakRequest("Hello there.", seed=3, options={"max_new_tokens": FOLDER_T3_TOKENS}))
+
+
+# ---- the Speak-pipeline cases against ChatterboxTTS.generate (make_fixtures.py pipeline) ------------------
+PIPELINE_TEXT = "hello there, the cat..."
+PIPELINE_CASES = [  # (name, exaggeration, with the 44.1 kHz stereo reference, seed); the reference case last
+    ("default_voice_exag05", 0.5, False, 21),
+    ("default_voice_exag09", 0.9, False, 22),
+    ("stereo_44k_exag07", 0.7, True, 23),
+]
+
+
+def stereo_reference(seed: int = 12, seconds: float = 2.0) -> torch.Tensor:
+    """[2, T] at 44.1 kHz: voice_wav's recipe, the right channel 0.8 x the left plus its own noise."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(seconds * 44100)
+    t = torch.arange(n, dtype=torch.float64) / 44100
+    f0 = 130 + 25 * torch.sin(2 * torch.pi * 1.7 * t)
+    voiced = 0.3 * torch.sin(2 * torch.pi * torch.cumsum(f0, 0) / 44100)
+    env = ((t > 0.25) & (t < seconds - 0.3)).double()
+    left = voiced * env + 0.03 * torch.randn(n, generator=g, dtype=torch.float64) * env
+    right = 0.8 * left + 1e-3 * torch.randn(n, generator=g, dtype=torch.float64)
+    return torch.stack([left, right]).float()
