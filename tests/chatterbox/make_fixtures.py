@@ -235,6 +235,15 @@ def s3gen_case() -> dict:
             "wav": full.clone()}
 
 
+def real_s3gen_shapes() -> dict[str, list[int]]:
+    """Upstream's published S3Gen (S3Token2Wav(), fixed sizes) built on `meta`: names and shapes only, as
+    s3gen.safetensors holds them (weight norm unfolded; the tokenizer's mel filters and window left out)."""
+    from chatterbox.models.s3gen import s3gen as m
+    with torch.device("meta"):
+        model = m.S3Token2Wav()
+    return {k: list(v.shape) for k, v in model.state_dict().items() if k not in model.ignore_state_dict_missing}
+
+
 class NoWatermark:
     """perth.PerthImplicitWatermarker with the watermark off: the audio as it came."""
 
@@ -279,6 +288,11 @@ def pipeline_case(folder: Path) -> dict:
 
 def main() -> None:
     import tempfile
+    if sys.argv[1:] == ["real_s3gen"]:
+        path = Path(__file__).parent / "real_s3gen.json"
+        path.write_text(json.dumps(real_s3gen_shapes(), indent=0) + "\n")
+        print(path)
+        return
     if sys.argv[1:2] == ["pipeline"]:
         # pipeline FOLDER [OUT]: FOLDER written by tiny.write_folder in the project's venv (it builds the
         # T3 names with our classes), e.g. python -c "import tiny; tiny.write_folder('/tmp/cb/chatterbox')"

@@ -120,3 +120,22 @@ def test_live_upstream_is_bit_equal(tmp_path) -> None:
     got = outputs(ours(expected["state_shapes"]))
     for key, value in got.items():
         assert torch.equal(value, expected[key]), key
+
+
+def test_real_size_structure_is_upstreams() -> None:
+    """Upstream's published S3Token2Wav on `meta` (real_s3gen.json, make_fixtures.py real_s3gen): the sizes read
+    from its shapes are the published ones, and our S3Gen at them has exactly its names and shapes (weight
+    norm folded)."""
+    import json
+    from mizuoto.nodes.blocks.hift import HiFTConfig
+    from mizuoto.nodes.blocks.s3gen_flow import FlowConfig
+    from mizuoto.nodes.blocks.s3tokenizer import S3TokenizerConfig
+    from mizuoto.nodes.chatterbox.s3gen import CAMPPlusConfig, S3GenConfig
+    real = json.loads((HERE / "real_s3gen.json").read_text())
+    config = s3gen_config(real)
+    assert config == S3GenConfig(FlowConfig(version=2, clock="grid"), HiFTConfig(sine_gen=1), CAMPPlusConfig(),
+                                 S3TokenizerConfig())
+    with torch.device("meta"):
+        model = S3Gen(config)
+        folded = fold_weight_norm({k: torch.empty(v) for k, v in real.items()})
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == {k: tuple(v.shape) for k, v in folded.items()}
