@@ -25,9 +25,10 @@ we drop device copies of weights whose host copy we keep). The image model's own
 when ComfyUI loads it partially (Flux on 12 GB) is not simulated: only its loads count.
 
 The minimum per round is a lower bound from sizes alone, C the device, M ComfyUI's minimum inference
-memory, W the speech working memory: the image model loads I' = min(I, C - M); while it runs, at most
-C - M - I' of the speech set T can stay, so the speech must load T - that; while the largest speech
-component K runs, at most C - W - K of the image model can stay, so the image must load I' - that.
+memory, W the speech working memory: loading the image model, ComfyUI keeps M free beside min(I, C - M)
+of it, so at most C - M - min(I, C - M) of the speech set T can stay and the speech must load T - that;
+while the largest speech component K runs, at most C - W - K of the image model can stay, so the image
+must load I' - that, I' what ComfyUI loaded of it on the first round (min(I, C - M) less its margins).
 Ratio 1.00 is ideal; "-" where both are zero.
 """
 from __future__ import annotations
@@ -176,6 +177,7 @@ def ours(s: Scenario, comps: list[Component], rounds: int) -> list[tuple[int, in
         image = s.load(s.image)
         before = s.devices.transfers.h2d_bytes
         with manager.request() as ctx, torch.no_grad():
+            ctx.plan([[h] for h in handles])  # what the pipeline declares for a one-segment request
             for twin, handle in zip(twins, handles):
                 with ctx.use([handle], memory=WORKING // s.scale):
                     twin(x)
@@ -194,11 +196,12 @@ def comfy(s: Scenario, comps: list[Component], rounds: int) -> list[tuple[int, i
     return moved
 
 
-def minimum(inference: int, capacity: int, image: int, comps: list[Component]) -> tuple[int, int]:
-    """(image, speech) bytes that must load per round in steady state: the lower bound in the docstring."""
-    image_loaded = min(image, capacity - inference)
+def minimum(inference: int, capacity: int, image: int, image_loaded: int,
+            comps: list[Component]) -> tuple[int, int]:
+    """(image, speech) bytes that must load per round in steady state: the lower bound in the docstring,
+    `image_loaded` the I' that ComfyUI loaded in the first round."""
     total = sum(c.size for c in comps)
-    speech = max(0, total - max(0, capacity - inference - image_loaded))
+    speech = max(0, total - max(0, capacity - inference - min(image, capacity - inference)))
     image_min = max(0, image_loaded - max(0, capacity - WORKING - max(c.size for c in comps)))
     return image_min, speech
 
@@ -227,8 +230,9 @@ def run(engines: list[str], images: list[str], gpu_gb: float, rounds: int, stand
             for arm, fn in (("ours", ours), ("comfy", comfy)):
                 s = Scenario(mm, patcher_cls, capacity, image, SCALE)
                 try:
-                    row["min"] = minimum(s.inference, capacity, image, comps)
-                    row[arm] = steady(fn(s, comps, rounds))
+                    moved = fn(s, comps, rounds)
+                    row[arm] = steady(moved)
+                    row["min"] = minimum(s.inference, capacity, image, moved[0][0], comps)
                 finally:
                     s.close()
             rows.append(row)

@@ -58,3 +58,17 @@ def apply_cuda_allocator(policy: VramPolicy, environ: Mapping[str, str] = os.env
         log.warning("compute.cuda_allocator=expandable not applied: %s", e)
         return None
     return EXPANDABLE
+
+
+def allocator_env(policy: VramPolicy, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The allocator variables a new process (a training job) starts with: what the environment already
+    configures wins; else `compute.cuda_allocator` (a new process can still choose the backend)."""
+    configured = {name: environ[name] for name in _ENV_NAMES if environ.get(name)}
+    if configured:
+        return configured
+    choice = policy["compute.cuda_allocator"]
+    if choice == "async":
+        return {"PYTORCH_CUDA_ALLOC_CONF": ASYNC_BACKEND}
+    if choice == "expandable":
+        return {"PYTORCH_CUDA_ALLOC_CONF": EXPANDABLE}
+    return {}

@@ -173,6 +173,28 @@ class DeviceService:
         self._active: dict[str, list[tuple[Tracking, int]]] = {}  # device -> tracked blocks, by thread
         # id(parameter) -> "component.param" for strict-mode error messages
         self.names: dict[int, str] = {}
+        self._holds: dict[str, str] = {}  # device -> the exclusive job holding all of it (training)
+
+    # ---- exclusive holds (a training job has its device to itself) ----------------------------
+    def holder(self, device: torch.device | str) -> str | None:
+        """The job holding `device` exclusively, or None."""
+        with self._lock:
+            return self._holds.get(str(self.normalize(device)))
+
+    def take_hold(self, device: torch.device | str, holder: str) -> None:
+        """Mark `device` as held by `holder` (ModelManager.exclusive takes it under the manager's lock)."""
+        key = str(self.normalize(device))
+        with self._lock:
+            if key in self._holds:
+                raise RuntimeError(f"{key} is already held by {self._holds[key]!r}; {holder!r} cannot take it")
+            self._holds[key] = holder
+
+    def drop_hold(self, device: torch.device | str, holder: str) -> None:
+        key = str(self.normalize(device))
+        with self._lock:
+            if self._holds.get(key) != holder:
+                raise RuntimeError(f"{key} is not held by {holder!r} (held by {self._holds.get(key)!r})")
+            del self._holds[key]
 
     # ---- enumeration and memory -------------------------------------------------------------
     def devices(self) -> list[torch.device]:

@@ -119,8 +119,10 @@ class ModelManager:
     def calibration_key(handle: ModelHandle) -> str:
         return f"{handle.engine}:{handle.name}"
 
-    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None) -> dict[str, dict]:
-        """Place a phase's components for `memory` bytes of working memory; marks them in use."""
+    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None,
+             spent: Iterable[ModelHandle] = ()) -> dict[str, dict]:
+        """Place a phase's components for `memory` bytes of working memory; marks them in use. `spent`:
+        components the request is done with, which give up memory first (before ComfyUI's models)."""
         decisions: dict[str, dict] = {}
         policy = getattr(owner, "policy", None) or self._policy
         owner = owner if owner is not None else threading.current_thread()  # calls without a request: per thread
@@ -128,6 +130,7 @@ class ModelManager:
             for h in handles:
                 if h not in self.handles:
                     raise ValueError(f"load: component {h.name!r} is not registered with this manager")
+            self._wait_for_holds(handles, owner)
             self._wait_for_components(handles, owner)
             for h in handles:  # in use before placement starts: no upkeep or other request takes them meanwhile
                 h.in_use += 1
@@ -138,13 +141,50 @@ class ModelManager:
                     group = [h for h in handles if str(h.device) == device]
                     if self.devices.is_managed(device):
                         self._wait_for_room(group, memory, owner, policy)
-                        decisions |= self._load_group(torch.device(device), group, memory, policy)
+                        decisions |= self._load_group(torch.device(device), group, memory, policy, spent)
             except BaseException:
                 self.release(handles)
                 raise
             for h in handles:
                 h.touch()
         return decisions
+
+    def _wait_for_holds(self, handles: list[ModelHandle], owner: object) -> None:
+        """Wait (cancellable) while an exclusive job (training) holds one of the phase's devices."""
+        devices = {str(h.device) for h in handles if self.devices.is_managed(h.device)}
+        held = {d: self.devices.holder(d) for d in devices}
+        held = {d: who for d, who in held.items() if who is not None}
+        if not held:
+            return
+        log.info("waiting for %s: held by %s", ", ".join(held), ", ".join(sorted(set(held.values()))))
+        while any(self.devices.holder(d) is not None for d in held):
+            if getattr(owner, "cancelled", False):
+                raise Cancelled("request cancelled while waiting for a device held by a training job")
+            self._cond.wait(timeout=0.1)
+
+    @contextmanager
+    def exclusive(self, device: torch.device | str, holder: str) -> Iterator[None]:
+        """Hold `device` for one job: new phases there wait, running ones finish, then every idle
+        component leaves it; the hold drops (and waiting phases go on) when the block ends."""
+        device = self.devices.normalize(device)
+        with self._cond:
+            self.devices.take_hold(device, holder)
+            try:
+                while any(h.in_use for h in self.handles if str(h.device) == str(device)):
+                    self._cond.wait(timeout=0.1)
+                for h in self.yield_order(device):
+                    h.unload()
+                self.devices.empty_cache(device)
+            except BaseException:
+                self.devices.drop_hold(device, holder)
+                raise
+        log.info("%s holds %s", holder, device)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.devices.drop_hold(device, holder)
+                self._cond.notify_all()
 
     def _wait_for_components(self, handles: list[ModelHandle], owner: object) -> None:
         """Wait (cancellable) while another request uses one of `handles`: placing it for this request
@@ -202,7 +242,7 @@ class ModelManager:
             self._cond.notify_all()
 
     def _load_group(self, device: torch.device, group: list[ModelHandle], memory: int,
-                    policy: VramPolicy) -> dict[str, dict]:
+                    policy: VramPolicy, spent: Iterable[ModelHandle] = ()) -> dict[str, dict]:
         mode = policy.get("compute.vram_mode")
         working = self.working_bytes(group, memory)
         reserve = self.reserve_bytes(device, policy)
@@ -210,11 +250,15 @@ class ModelManager:
         if mode == "none":
             pending = sum(max(0, h.min_working_set - h.loaded_bytes) for h in group)
         need = pending + working + reserve
+        reason = ", ".join(h.name for h in group)
+        free = self.free_bytes(device, policy)
+        if spent and free < need:
+            self.make_room(device, need - free, exclude=group, among=spent, reason=reason, policy=policy)
         if self.arbiter is not None:
             self.arbiter.make_room(device, group, need)
         free = self.free_bytes(device, policy)
         if free < need:
-            self.make_room(device, need - free, exclude=group, reason=", ".join(h.name for h in group), policy=policy)
+            self.make_room(device, need - free, exclude=group, reason=reason, policy=policy)
             free = self.free_bytes(device, policy)
         # Room for the weights: free memory plus what the group already holds.
         room = free + sum(h.loaded_bytes for h in group) - working - reserve
@@ -264,19 +308,22 @@ class ModelManager:
             return psutil.virtual_memory().available > policy.ram_reserve_bytes()
         return setting == "on"
 
-    def yield_order(self, device: torch.device | str, exclude: Iterable[ModelHandle] = ()) -> list[ModelHandle]:
-        """Idle components on the device in the order they give up memory."""
+    def yield_order(self, device: torch.device | str, exclude: Iterable[ModelHandle] = (),
+                    among: Iterable[ModelHandle] | None = None) -> list[ModelHandle]:
+        """Idle components on the device (of `among`, when given) in the order they give up memory."""
         excluded = set(exclude)
-        idle = [h for h in self.handles if str(h.device) == str(torch.device(device))
+        candidates = self.handles if among is None else [h for h in self.handles if h in set(among)]
+        idle = [h for h in candidates if str(h.device) == str(torch.device(device))
                 and h not in excluded and h.in_use == 0 and h.loaded_bytes > 0]
         return sorted(idle, key=lambda h: (not h.partial, h.pinned, h.last_used))
 
     def make_room(self, device: torch.device | str, nbytes: int, exclude: Iterable[ModelHandle] = (),
-                  reason: str = "", policy: VramPolicy | None = None) -> int:
-        """Idle components yield `nbytes` (unit by unit, or whole in high/shared mode)."""
+                  reason: str = "", policy: VramPolicy | None = None,
+                  among: Iterable[ModelHandle] | None = None) -> int:
+        """Idle components (of `among`, when given) yield `nbytes` (unit by unit, or whole in high/shared mode)."""
         whole = (policy or self._policy).get("compute.vram_mode") in ("high", "shared")
         freed = 0
-        for h in self.yield_order(device, exclude):
+        for h in self.yield_order(device, exclude, among):
             if freed >= nbytes:
                 break
             got = h.unload() if whole else h.partially_unload(nbytes - freed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ContextManager, Protocol
 
 import torch
@@ -39,7 +39,8 @@ class Placer(Protocol):
     policy: VramPolicy
     devices: DeviceService
 
-    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None) -> dict[str, dict]: ...
+    def load(self, handles: list[ModelHandle], memory: int = 0, *, owner: object = None,
+             spent: Iterable[ModelHandle] = ()) -> dict[str, dict]: ...
 
     def release(self, handles: list[ModelHandle]) -> None: ...
 
@@ -52,6 +53,41 @@ class Placer(Protocol):
     def check_interrupted(self) -> None: ...
 
     def observe_phase(self, handles: list[ModelHandle], memory: int, tracker: Tracking) -> int: ...
+
+
+class Plan:
+    """The components each segment of a request uses, phase by phase, in order: what tells the manager,
+    while the last segment runs, which of them the request is done with (they give up memory before
+    ComfyUI's models, which the next node will need). A phase the plan does not name, or one out of
+    order, voids it: from then on every component counts as still needed, as without a plan."""
+
+    def __init__(self, phases: Sequence[Sequence[ModelHandle]], segments: int = 1) -> None:
+        self.phases = [frozenset(p) for p in phases if p]
+        self.components = frozenset().union(*self.phases)
+        self.segments = segments
+        self.segment = 0
+        self.position = 0  # phases[position] is the next one expected
+        self.void = False
+
+    def start(self, segment: int) -> None:
+        self.segment, self.position = segment, 0
+
+    def enter(self, handles: Sequence[ModelHandle]) -> frozenset[ModelHandle]:
+        """`handles` are about to be placed: the planned components this request will not use again."""
+        group = frozenset(handles)
+        if not group or self.void:
+            return frozenset()
+        if self.position and self.phases[self.position - 1] == group:  # a retry of the same phase
+            index = self.position - 1
+        else:
+            index = next((i for i in range(self.position, len(self.phases)) if self.phases[i] == group), None)
+        if index is None:
+            self.void = True
+            return frozenset()
+        self.position = index + 1
+        if self.segment < self.segments - 1:
+            return frozenset()
+        return self.components - group - frozenset().union(*self.phases[self.position:])
 
 
 class RequestContext:
@@ -69,6 +105,7 @@ class RequestContext:
             "applied": {"oom_retries": 0, "fallbacks": []},
         }
         self._used: dict[ModelHandle, dict] = {}  # handle -> streamed bytes at first use, peak loaded
+        self._plan: Plan | None = None
 
     # ---- request lifetime -------------------------------------------------------------------------
     def __enter__(self) -> RequestContext:
@@ -91,6 +128,15 @@ class RequestContext:
         self.manager.check_interrupted()
 
     # ---- phases -------------------------------------------------------------------------------
+    def plan(self, phases: Sequence[Sequence[ModelHandle]], segments: int = 1) -> None:
+        """Declare the components each of the request's `segments` uses, phase by phase (see Plan)."""
+        self._plan = Plan(phases, segments)
+
+    def segment(self, index: int) -> None:
+        """Segment `index` (from 0) of the planned ones starts."""
+        if self._plan is not None:
+            self._plan.start(index)
+
     @contextlib.contextmanager
     def use(self, handles: Sequence[ModelHandle], memory: int = 0, name: str | None = None) -> Iterator[None]:
         """Place `handles` with room for `memory` bytes of working memory for the block (no retry)."""
@@ -98,7 +144,8 @@ class RequestContext:
         self.check_cancelled()
         for h in handles:
             self._used.setdefault(h, {"streamed": h.streamed_bytes, "loaded": 0})
-        decisions = self.manager.load(handles, memory, owner=self)
+        spent = self._plan.enter(handles) if self._plan is not None else frozenset()
+        decisions = self.manager.load(handles, memory, owner=self, spent=spent)
         for h in handles:
             self._used[h]["loaded"] = max(self._used[h]["loaded"], h.loaded_bytes)
             decision = decisions.get(h.name, {})
@@ -181,6 +228,8 @@ class RequestContext:
         mem["streamed_mb"] = sum(h.streamed_bytes - u["streamed"] for h, u in self._used.items()) / MB
         mem["loaded_mb"] = sum(u["loaded"] for u in self._used.values()) / MB
         mem["size_mb"] = sum(h.size_bytes for h in self._used) / MB
+        if self._plan is not None:
+            mem["plan"] = "void" if self._plan.void else "followed"
         for h in self._used:
             if h.gave_up_for and h.partial and h.name not in mem["partial"]:
                 mem["partial"][h.name] = {"reason": "yielded to another", "gave_up_for": h.gave_up_for,

@@ -21,6 +21,8 @@ def test_alternating_with_an_image_model_moves_at_least_the_minimum_and_no_more_
         for arm in ("ours", "comfy"):
             assert sum(r[arm]) >= least * (1 - 1e-9), (r["engine"], r["image"], arm)
         assert sum(r["ours"]) <= sum(r["comfy"]), (r["engine"], r["image"])
+        # the request's plan lets its spent components yield before the image model (issue's goal 1.1x)
+        assert sum(r["ours"]) <= 1.1 * least, (r["engine"], r["image"])
     by = {(r["engine"], r["image"]): r for r in rows}
     assert by["f5_tts", "sd15"]["ours"] == (0, 0)  # both fit: after the first round nothing moves
     flux = by["f5_tts", "flux-fp8"]

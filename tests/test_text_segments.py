@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mizuoto.nodes.pack.text import split_sentences
+from mizuoto.nodes.pack.text import split_at_spaces, split_sentences
 
 TEXTS = [
     "今天天气很好。我们去公园散步吧！",
@@ -65,3 +65,10 @@ def test_a_long_sentence_is_cut_after_clause_punctuation_then_at_spaces_then_har
 
 def test_nothing_speakable_gives_no_segment():
     assert split_sentences("  \n ") == []
+
+
+def test_phonemes_cut_at_spaces_keep_their_spacing_and_long_words_are_cut_hard():
+    assert split_at_spaces("ab  cd", 10) == ["ab  cd"]
+    assert split_at_spaces("abc def ghi", 7) == ["abc def", "ghi"]
+    assert split_at_spaces("abcdefghij k", 4) == ["abcd", "efgh", "ij k"]
+    assert all(len(p) <= 5 for p in split_at_spaces("x" * 23 + " yy zz", 5))

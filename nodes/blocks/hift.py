@@ -170,6 +170,9 @@ class SourceModule(nn.Module):
         else:
             # randn_like upstream: drawn into a tensor of the sines' (transposed) strides, which orders the draws
             noise = noise_amp * torch.empty_like(sines, device="cpu").normal_(generator=generator).to(fn.device)
+            # upstream's SourceModuleHnNSF then draws a noise branch it returns unused (randn_like(uv)): drawn
+            # and dropped here too, so a request's later segments continue the stream where upstream's do
+            torch.empty(uv.shape).normal_(generator=generator)
         return torch.tanh(self.l_linear(sines * uv + noise))
 
     def sine_gen_v1(self, f0: Tensor, generator: torch.Generator | None) -> Tensor:

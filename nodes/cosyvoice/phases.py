@@ -52,6 +52,10 @@ class CosyVoiceEngine(Engine):
                                 transcript="optional", instruction=True, speed=(0.5, 2.0),
                                 reference_seconds=(0.5, 30.0), resampler="torchaudio_sinc")
     PHASED = True
+    # Upstream's webui seeds once (set_all_random_seed) and every segment's RAS sampling and HiFT noise
+    # continue that stream; the flow's noise is a buffer drawn once with seed 0 when the model is built.
+    ONE_STREAM = True
+    FLOW_NOISE_SEED = 0
 
     def __init__(self, bundle: CosyVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:
@@ -199,7 +203,7 @@ class CosyVoiceEngine(Engine):
         return tokens
 
     def mel(self, ctx: RequestContext, tokens: list[int], prompt_tokens: Tensor, prompt_feat: Tensor,
-            embedding: Tensor, seed: int) -> Tensor:
+            embedding: Tensor) -> Tensor:
         flow = self.bundle.flow
 
         def run() -> Tensor:
@@ -208,20 +212,21 @@ class CosyVoiceEngine(Engine):
             with torch.inference_mode():
                 mel = flow.mel(torch.tensor([tokens], device=dev), prompt_tokens.to(dev),
                                prompt_feat.to(dev, dtype), embedding.to(dev, dtype),
-                               torch.Generator().manual_seed(seed), callback=lambda *_: ctx.check_cancelled())
+                               torch.Generator().manual_seed(self.FLOW_NOISE_SEED),
+                               callback=lambda *_: ctx.check_cancelled())
             return mel.float().cpu()
 
         frames = (prompt_tokens.shape[1] + len(tokens)) * self.bundle.flow_config.token_mel_ratio
         return ctx.run("flow", [self.flow_handle], run, memory=self.flow_memory(frames))
 
-    def vocode(self, ctx: RequestContext, mel: Tensor, seed: int) -> Tensor:
+    def vocode(self, ctx: RequestContext, mel: Tensor) -> Tensor:
         hift = self.bundle.hift
 
         def run() -> Tensor:
             dev = self.hift_handle.device
             dtype = hift.conv_pre.weight.dtype
             with torch.inference_mode():
-                return hift(mel.to(dev, dtype), torch.Generator().manual_seed(seed)).float().cpu()[0]
+                return hift(mel.to(dev, dtype), ctx.generator).float().cpu()[0]
 
         return ctx.run("vocoder", [self.hift_handle], run, memory=self.vocoder_memory(mel.shape[2]))
 
@@ -279,6 +284,9 @@ class CosyVoiceEngine(Engine):
             out["speech_feat"] = torch.zeros(1, 0, 80)
         return out
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [self.prompt_handles, [self.llm_handle], [self.flow_handle], [self.hift_handle]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         prompt = self.voice_prompt(ctx, chunk)
         if only_punctuation(self.lm_text(chunk)):
@@ -292,10 +300,10 @@ class CosyVoiceEngine(Engine):
         tokens = self.speech_tokens(ctx, text_ids, prompt_ids, speech, chunk.progress)
         if not tokens:
             return torch.zeros(0)
-        mel = self.mel(ctx, tokens, prompt["speech_tokens"], prompt["speech_feat"], prompt["embedding"], chunk.seed)
+        mel = self.mel(ctx, tokens, prompt["speech_tokens"], prompt["speech_feat"], prompt["embedding"])
         if chunk.speed != 1.0:
             mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / chunk.speed)), mode="linear")
-        return self.vocode(ctx, mel, chunk.seed)
+        return self.vocode(ctx, mel)
 
 
 def drop_long_silences(tokens: list[int]) -> list[int]:

@@ -175,6 +175,9 @@ class F5TTSEngine(Engine):
         return ctx.run("vocoder", [self.vocoder], lambda: run(False), memory=self.vocoder_memory(frames),
                        fallback=fallback)
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.dit], [self.vocoder]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         p = self.prompt(chunk)
         hop = self.bundle.mel_config.hop_length

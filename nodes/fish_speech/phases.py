@@ -162,6 +162,9 @@ class FishSpeechEngine(Engine):
             chunk.prompts["reference_codes"] = self.reference_codes(ctx, chunk.reference.wav)
         return chunk.reference_text, chunk.prompts["reference_codes"]
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.codec], [self.lm], [self.codec]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         s = self.sampling(**{k: v for k, v in chunk.options.items() if v is not None})
         s.validate()

@@ -17,6 +17,7 @@ import pickle
 import re
 import struct
 import zipfile
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -417,6 +418,15 @@ class PickledRecord:
         self.fields = dict(state)
 
 
+def pickled_output(*args: object) -> OrderedDict:
+    """Stand-in for an upstream dict-like class that pickles by calling itself with its field values (REDUCE)
+    and then sets its items (SETITEMS): transformers' `ModelOutput` dataclasses such as
+    `BaseModelOutputWithPast`. It returns an empty OrderedDict for the items to land in; the positional
+    values (objects the unpickler already rebuilt) repeat the items and are dropped. Nothing of the class is
+    imported or run."""
+    return OrderedDict()
+
+
 def plain(obj: Any) -> Any:
     """`obj` with every PickledRecord replaced by a dict of its fields (recursively)."""
     if isinstance(obj, PickledRecord):
@@ -428,9 +438,12 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def load_pickle_with_records(path: str | os.PathLike, records: tuple[str, ...], *, header: bytes = b"PK") -> Any:
+def load_pickle_with_records(path: str | os.PathLike, records: tuple[str, ...], *, header: bytes = b"PK",
+                             called: tuple[str, ...] = ()) -> Any:
     """A torch zip checkpoint unpickled with `weights_only=True`, the globals named in `records` (e.g.
-    "utils.HParams") allowed as PickledRecord stand-ins and every other non-tensor global refused.
+    "utils.HParams") allowed as PickledRecord stand-ins, those in `called` (e.g.
+    "transformers.modeling_outputs.BaseModelOutputWithPast") as `pickled_output` (their items become a dict), and every other
+    non-tensor global refused.
 
     `header`: the zip magic the file must start with. GPT-SoVITS overwrites a v2Pro/v3/v4 checkpoint's
     first two bytes with a version code ("05", "06", ...); they are put back in memory, the file is not
@@ -444,10 +457,10 @@ def load_pickle_with_records(path: str | os.PathLike, records: tuple[str, ...], 
                               "archive)")
     if data[:2] != header[:2] and data[2:4] == b"\x03\x04":   # a zip local-file header behind a version code
         data[:2] = header
-    allowed = [(PickledRecord, name) for name in records]
+    allowed = [(PickledRecord, name) for name in records] + [(pickled_output, name) for name in called]
     try:
         with torch.serialization.safe_globals(allowed):
             obj = torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
     except _UNREADABLE as e:
-        raise _unpickle_error(path, e, f"tensors, plain containers and {', '.join(records)} records") from None
+        raise _unpickle_error(path, e, f"tensors, plain containers and {', '.join(records + called)} records") from None
     return plain(obj)

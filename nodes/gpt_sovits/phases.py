@@ -271,6 +271,9 @@ class GPTSoVITSEngine(Engine):
             text += stop
         return text
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[h for h in (self.hubert, self.sovits, self.speaker) if h is not None], [self.bert] if self.bert else [], [self.t2s], [self.sovits]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         p = self.prompt(ctx, chunk)
         segments = self.segments(self.chunk_text(chunk), chunk.language, "the text")

@@ -22,6 +22,7 @@ import torch.nn as nn
 from .loader import OOV_ONNX, OOV_ONNX_SHA256, WeightFileError, onnx_state_dict, package_assets, verify_file
 from .model import TransformerLayer
 from ..formats.onnx_reader import OnnxFormatError
+from ..pack.text import split_at_spaces
 
 # hibari.tts.MAX_PHONEMES: the acoustic model has no positional table, so this is not a hard limit of
 # the graph; it is the chunk length hibari was built and evaluated with (attention cost grows as L^2).
@@ -103,29 +104,7 @@ def split_phonemes(ps: str, limit: int = MAX_PHONEMES) -> list[str]:
             cur = f"{cur} {part}" if cur else part
     if cur:
         out.append(cur)
-    return [piece for chunk in out for piece in _split_words(chunk, limit)]
-
-
-def _split_words(ps: str, limit: int) -> list[str]:
-    if len(ps) <= limit:
-        return [ps]
-    out: list[str] = []
-    cur = ""
-    for word in ps.split(" "):
-        while len(word) > limit:                                  # one "word" longer than a chunk: cut it
-            if cur:
-                out.append(cur)
-                cur = ""
-            out.append(word[:limit])
-            word = word[limit:]
-        if cur and len(cur) + len(word) + 1 > limit:
-            out.append(cur)
-            cur = word
-        else:
-            cur = f"{cur} {word}" if cur else word
-    if cur:
-        out.append(cur)
-    return out
+    return [piece for chunk in out for piece in split_at_spaces(chunk, limit)]
 
 
 class HibariG2P:

@@ -62,6 +62,9 @@ class HibariEngine(Engine):
         return [f"text: could not read {shown}: the embedded voice reads English; letters of other scripts "
                 "are spelled out by name or left out"]
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.handle]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> torch.Tensor:
         """One phoneme chunk -> mono float32 waveform [T] on the CPU."""
         ids = torch.tensor([self.voice.g2p.ids(chunk.text)], dtype=torch.long, device=self.device)

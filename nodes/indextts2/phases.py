@@ -355,6 +355,9 @@ class IndexTTS2Engine(Engine):
                 for pieces in split_segments(self.tokenizer.tokenize(text), self.max_segment_tokens)]
 
     # ---- one chunk -------------------------------------------------------------------------------------------
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.emotion] if self.emotion else [], [self.w2v, self.codec, self.campplus], [self.gpt], [self.s2mel, self.codec], [self.vocoder]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         if chunk.reference is None:
             raise ValueError("IndexTTS 2 needs reference audio")

@@ -98,6 +98,9 @@ class KokoroEngine(Engine):
         spectra = (g.post_n_fft + 2) * (samples // g.hop + 2)
         return (samples * 9 * 12 + channels * 8 + spectra * 6) * FLOAT + (4 << 20)
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.handle]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> torch.Tensor:
         spec = parse_voice_blend(chunk.voice or self.capabilities.voices[0], self.capabilities.voices)
         pack = blend(self.packs, spec)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from ..pack.text import split_at_spaces
+
 MAX_PHONEMES = 510          # kokoro.KPipeline: the 512 positions of the ALBERT minus the two pads
 # language -> (misaki module, the pip requirement that brings it, espeak language or None)
 OPTIONAL = {"ja": ("ja", "misaki[ja]", None), "zh": ("zh", "misaki[zh]", None),
@@ -50,20 +52,4 @@ def other(language: str) -> Callable[[str], str]:
 
 def pieces(phonemes: str, limit: int = MAX_PHONEMES) -> list[str]:
     """Cut a sentence's phonemes at spaces into pieces of at most `limit` characters (hard cut last)."""
-    out: list[str] = []
-    cur = ""
-    for word in phonemes.split(" "):
-        while len(word) > limit:
-            if cur:
-                out.append(cur)
-                cur = ""
-            out.append(word[:limit])
-            word = word[limit:]
-        if cur and len(cur) + 1 + len(word) > limit:
-            out.append(cur)
-            cur = word
-        else:
-            cur = f"{cur} {word}" if cur else word
-    if cur:
-        out.append(cur)
-    return out
+    return split_at_spaces(phonemes, limit)

@@ -272,6 +272,9 @@ class OmniVoiceEngine(Engine):
         text = tok.encode_text(wrap_text(combine_text(chunk.text, ref_text)))
         return build_prompt(style, text, ref_codes, frames, self.config)
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.encoder, self.quantizer], [self.backbone], [self.quantizer, self.decoder]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk,
                     on_step: Callable[[int, Tensor], None] | None = None) -> Tensor:
         """One chunk -> mono float32 [T] at 24 kHz; `on_step(step, tokens)` sees the tokens after each step."""

@@ -287,6 +287,12 @@ class Engine:
         rather than each segment; by default the audio as it is."""
         return wav
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        """The components each segment places, phase by phase, in the order it runs them (phases that
+        may be skipped included): lets the last segment's spent components give up memory first. By
+        default the PHASED = False call: every handle at once."""
+        return [self.handles]
+
     def option(self, chunk: Chunk, name: str) -> Any:
         """The checked option `name` of this chunk, else its declared default."""
         return chunk.options.get(name, self.options[name].default)

@@ -334,8 +334,10 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     stream = Pieces(engine.join, caps.sample_rate, hold_all=holds) if on_audio is not None else None
     first_audio: float | None = None
     with engine.manager.request(seed=seed % SEED_MODULUS, cancel=cancel, settings=req.settings) as ctx:
+        ctx.plan(engine.phase_components(), len(texts))
         for i, text in enumerate(texts):
             ctx.check_cancelled()
+            ctx.segment(i)
             chunk = Chunk(text=text, seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
                           tokens=segments[i].tokens, segmented=True, language=req.language,
                           voice=req.voice or None, reference=reference,

@@ -72,3 +72,27 @@ def _fit(text: str, span: Span, max_chars: int) -> list[Span]:
         if len(parts) == 1:  # no spaces (e.g. CJK without punctuation): hard cut
             return [_strip(text, i, min(i + max_chars, b)) for i in range(a, b, max_chars)]
     return _pack(text, [s for p in parts for s in _fit(text, p, max_chars)], max_chars)
+
+
+def split_at_spaces(ps: str, limit: int) -> list[str]:
+    """Cut a phoneme string at spaces into pieces of at most `limit` characters; a longer word is cut
+    hard. Spaces inside a piece stay as they were (double spaces included: upstream keeps them)."""
+    if len(ps) <= limit:
+        return [ps]
+    out: list[str] = []
+    cur = ""
+    for word in ps.split(" "):
+        while len(word) > limit:                                  # one "word" longer than a piece: cut it
+            if cur:
+                out.append(cur)
+                cur = ""
+            out.append(word[:limit])
+            word = word[limit:]
+        if cur and len(cur) + len(word) + 1 > limit:
+            out.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    if cur:
+        out.append(cur)
+    return out

@@ -275,6 +275,9 @@ class Qwen3TTSEngine(Engine):
         max_new_tokens bounds the audio): one segment, the text as written."""
         return [text] if text.strip() else []
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.encoder, self.speaker] if self.speaker else [], [self.speaker] if self.speaker else [], [self.talker], [self.decoder]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         ref = (chunk.reference.wav, chunk.reference.sample_rate) if chunk.reference is not None else None
         return self.speak(ctx, chunk.text, language=LANGUAGE_NAMES.get(chunk.language, chunk.language),

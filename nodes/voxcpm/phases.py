@@ -168,6 +168,9 @@ class VoxCPMEngine(Engine):
 
         return ctx.run("prompt", [self.encoder], run, memory=self.encode_memory(wav.numel()))
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [[self.encoder], [self.lm], [self.decoder]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         s = self.sampling(chunk.options)
         if chunk.instruction and chunk.reference_text:

@@ -16,8 +16,7 @@ import torch
 from mizuoto.nodes.blocks.mel import whisper_log_mel
 from mizuoto.nodes.blocks.s3tokenizer import S3TokenizerConfig, S3TokenizerV2
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny  # noqa: E402
+from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_s3tok.json").read_text())
 

@@ -11,8 +11,7 @@ import torch
 
 from mizuoto.nodes.chatterbox.t3 import T3, Sampling, T3Config, generate
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny  # noqa: E402
+from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_t3.json").read_text())
 

@@ -10,8 +10,7 @@ import pytest
 
 from mizuoto.nodes.chatterbox.text import EnTokenizer, punc_norm, text_tokens
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny  # noqa: E402
+from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_text.json").read_text(encoding="utf-8"))
 

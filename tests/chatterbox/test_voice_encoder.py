@@ -14,8 +14,7 @@ import torch
 
 from mizuoto.nodes.chatterbox.voice_encoder import VoiceEncoder, partial_count, speaker_embedding, trim_silence
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny  # noqa: E402
+from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_ve.json").read_text())
 

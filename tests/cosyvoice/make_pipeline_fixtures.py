@@ -5,13 +5,10 @@
 `CosyVoice2(folder).inference_zero_shot(text, prompt_text, prompt_wav)` (cosyvoice/cli/cosyvoice.py, fp32
 on the CPU, stream=False, speed 1, text_frontend on: wetext 0.0.4 + inflect 7.3.1 as in
 make_segment_fixtures.py) on tiny.write_folder's v2 folder (the published layout) with a 44.1 kHz stereo
-WAV (tiny.stereo_reference, float32 samples) and its transcript. Upstream's noise sources are process-wide
-(the global torch RNG for RAS sampling and the NSF's noise, a seed-0 flow noise buffer made at
-construction); the Speak pipeline gives each segment i its own seed (the request's seed + i), so before
-segment i the script seeds them the way the engine does: torch.manual_seed(seed + i) before the segment is
-drawn (the LM's sampling), the flow's noise buffer redrawn as torch.randn(1, 80, 15000) from a generator
-seeded seed + i, and torch.manual_seed(seed + i) again as HiFT starts (its sine phases and noise).
-Upstream's own code runs otherwise unchanged. Qwen2Encoder is built from the tiny config (no pretrained
+WAV (tiny.stereo_reference, float32 samples) and its transcript, seeded as upstream's webui seeds a
+request: `set_all_random_seed(seed)` once before the call, so every segment's RAS sampling and HiFT noise
+continue one global torch stream and the flow's noise is the seed-0 buffer drawn when the model was built
+(the engine's ONE_STREAM and FLOW_NOISE_SEED). Upstream's own code runs otherwise unchanged. Qwen2Encoder is built from the tiny config (no pretrained
 weights; llm.pt fills it), torchaudio.load reads the WAV with soundfile (torchaudio 2.11 has no backend
 here). Writes fixtures/pipeline_v2.pt: per case the segments and prompt text upstream's LM read, the
 speech tokens of each segment and the concatenated waveform (none for zh_paragraph, float16 for en_numbers: 5e-4 of the
@@ -42,7 +39,6 @@ CASES = [
 SLOW = ("zh_paragraph", "en_numbers")
 TOKENS_ONLY = ("zh_paragraph",)   # 21 s of audio: its segments and tokens are compared, the audio of the others
 END_BIAS = 8.0      # tiny.write_folder: sentences end soon after upstream's minimum length
-SEED_MODULUS = 2 ** 63
 
 
 def main(repo: Path, fsts: Path) -> None:
@@ -56,6 +52,7 @@ def main(repo: Path, fsts: Path) -> None:
 
     import cosyvoice.llm.llm as llm_mod
     from cosyvoice.cli.cosyvoice import CosyVoice2
+    from cosyvoice.utils.common import set_all_random_seed
 
     def qwen_init(self, pretrain_path):
         torch.nn.Module.__init__(self)
@@ -76,9 +73,7 @@ def main(repo: Path, fsts: Path) -> None:
         model = CosyVoice2(str(folder))
         model.model.llm.eval(), model.model.flow.eval(), model.model.hift.eval()
         seen: dict[str, list] = {}
-        state = {"seed": 0}
-        frontend_zero_shot, token2wav, hift_inference = (model.frontend.frontend_zero_shot, model.model.token2wav,
-                                                          model.model.hift.inference)
+        frontend_zero_shot, token2wav = model.frontend.frontend_zero_shot, model.model.token2wav
 
         def record_frontend(tts_text, prompt_text, *a, **k):
             seen["segments"].append(tts_text)
@@ -89,25 +84,12 @@ def main(repo: Path, fsts: Path) -> None:
             seen["tokens"].append(token[0].long().clone())
             return token2wav(token, *a, **k)
 
-        def seeded_hift(*a, **k):
-            torch.manual_seed(state["seed"])
-            return hift_inference(*a, **k)
-
         model.frontend.frontend_zero_shot, model.model.token2wav = record_frontend, record_tokens
-        model.model.hift.inference = seeded_hift
         for name, text, transcript, seed in CASES:
             seen.update(segments=[], tokens=[])
-            waves = []
-            run = model.inference_zero_shot(text, transcript, str(wav_path), stream=False)
-            for i in range(1000):
-                state["seed"] = (seed + i) % SEED_MODULUS
-                torch.manual_seed(state["seed"])
-                model.model.flow.decoder.rand_noise = torch.randn(
-                    [1, 80, 50 * 300], generator=torch.Generator().manual_seed(state["seed"]))
-                try:
-                    waves.append(next(run)["tts_speech"][0])
-                except StopIteration:
-                    break
+            set_all_random_seed(seed)                   # as webui.py does before each generation
+            waves = [out_["tts_speech"][0] for out_ in model.inference_zero_shot(text, transcript, str(wav_path),
+                                                                                stream=False)]
             out[name] = {"text": text, "reference_text": transcript, "seed": seed, "segments": list(seen["segments"]),
                          "prompt_text": seen["prompt_text"], "tokens": list(seen["tokens"]), "speech": torch.cat(waves)}
             print(name, seen["segments"], seen["prompt_text"], [len(t) for t in seen["tokens"]], out[name]["speech"].shape)

@@ -5,7 +5,8 @@
 - every phase's working-memory estimate covers what the phase really allocated (nothing calibrated);
 - an interrupt in the middle of a chunk leaves the runtime clean (no component in use, no copy left on
   the device) and the next request equals a clean run;
-- every declared capability is honoured and every undeclared input is a clear ValueError naming it.
+- every declared capability is honoured and every undeclared input is a clear ValueError naming it;
+- the engine's phase plan (`phase_components`) names its phases in the order it runs them.
 
 A new engine gets all of this by registering its EngineSpec and writing `conformance_case`.
 """
@@ -124,6 +125,15 @@ def test_a_voice_prompt_from_the_cache_gives_the_audio_of_a_fresh_one(engine_cas
     warm, _ = synthesize(engine, other, prompts=kept)
     assert torch.equal(warm, cold), f"{spec.engine_id}: a cached voice prompt changed the audio"
     assert set(kept) == set(first), f"{spec.engine_id}: the engine derived more than it kept the first time"
+
+
+def test_the_phase_plan_names_the_phases_in_the_order_they_run(engine_case):
+    """A plan the engine does not follow is voided (placement then ignores it): the engine's declared
+    phases must match what its requests really place, or its spent components never yield first."""
+    spec, case, load, plain, sizes = engine_case
+    engine, _ = build(spec, load, 4 * sum(s for s, _ in sizes) + 256 * MB)
+    _, meta = synthesize(engine, case.request)
+    assert meta["memory"].get("plan") == "followed", f"{spec.engine_id}: phase_components() is not what it runs"
 
 
 def test_audio_handed_over_as_it_is_made_concatenates_to_the_request_audio(engine_case):

@@ -75,3 +75,8 @@ def conformance_case(root) -> "Case":
     from mizuoto.nodes.pack.pipeline import SpeakRequest
     folder = write_tiny(Path(root) / "kokoro")
     return Case(folder, SpeakRequest("The quick brown fox. It jumps.", seed=3, speed=1.1, voice="af_bella:0.7,af_sky:0.3"))
+
+
+if __name__ == "__main__":                      # the folder make_fixtures.py records upstream on
+    import sys
+    write_tiny(Path(sys.argv[1]))
