@@ -208,6 +208,9 @@ class ChatterboxEngine(Engine):
         return ctx.run("vocoder", [self.vocoder_handle], run, memory=self.vocoder_memory(mel.shape[2]),
                        generators=(ctx.generator,))
 
+    def phase_components(self) -> list[list[ModelHandle]]:
+        return [self.prompt_handles, [self.t3_handle], [self.flow_handle], [self.vocoder_handle]]
+
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         prompt = self.voice_prompt(ctx, chunk)
         tokens = self.speech_tokens(ctx, chunk, prompt)

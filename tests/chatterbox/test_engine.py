@@ -17,8 +17,7 @@ from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
 from mizuoto.nodes.pack.pipeline import SpeakRequest, speak
 from mizuoto.runtime.loading import CheckpointError
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny  # noqa: E402
+from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tiny matrices: one thread is faster on a loaded machine
 OPTIONS = {"max_new_tokens": tiny.FOLDER_T3_TOKENS}

@@ -19,8 +19,7 @@ from mizuoto.nodes.chatterbox.phases import ChatterboxEngine
 from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
 from mizuoto.nodes.pack.pipeline import SpeakRequest, speak
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny  # noqa: E402
+from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # recorded with one intra-op thread
 HERE = Path(__file__).parent

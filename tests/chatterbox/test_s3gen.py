@@ -17,8 +17,7 @@ import golden
 from mizuoto.nodes.blocks.dac import fold_weight_norm
 from mizuoto.nodes.chatterbox.s3gen import S3Gen, embed_ref, flow_noise, s3gen_config, trim_fade
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny  # noqa: E402
+from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # recorded with one intra-op thread
 HERE = Path(__file__).parent
