@@ -251,12 +251,32 @@ def indextts2(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     return [(f"IndexTTS 2 {h.name}", h) for h in e.handles]
 
 
+def chatterbox(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
+    """The published sizes: T3Config's and S3Gen's defaults (Chatterbox publishes no config; the loader reads
+    them from the shapes, and tests/chatterbox checks these defaults against upstream's classes on meta)."""
+    from mizuoto.nodes.blocks.hift import HiFTConfig
+    from mizuoto.nodes.blocks.s3gen_flow import FlowConfig
+    from mizuoto.nodes.blocks.s3tokenizer import S3TokenizerConfig
+    from mizuoto.nodes.chatterbox.phases import ChatterboxEngine
+    from mizuoto.nodes.chatterbox.s3gen import CAMPPlusConfig, S3Gen, S3GenConfig
+    from mizuoto.nodes.chatterbox.t3 import T3, T3Config
+    from mizuoto.nodes.chatterbox.voice_encoder import VoiceEncoder
+    config = S3GenConfig(FlowConfig(version=2, clock="grid"), HiFTConfig(sine_gen=1), CAMPPlusConfig(),
+                         S3TokenizerConfig())
+    with torch.device("meta"):
+        bundle = SimpleNamespace(t3=T3(T3Config()).to(dtype), s3gen=S3Gen(config).to(dtype), ve=VoiceEncoder().to(dtype),
+                                 voice=None, folder=Path("."))
+    e = ChatterboxEngine(bundle, _manager())
+    return [(f"Chatterbox {h.name}", h) for h in e.handles]
+
+
 # the models nobody here wrote, then our engines by engine id (tests check every registered engine is here)
 OTHERS: list[Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = [transformer, cosyvoice_hift, vits]
 ENGINES: dict[str, Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = {
     "hibari": hibari, "fish_speech": fish_speech, "f5_tts": f5_tts,
     "cosyvoice": lambda d: cosyvoice(d, 2) + cosyvoice(d, 3), "qwen3_tts": qwen3_tts, "omnivoice": omnivoice,
     "voxcpm": voxcpm, "gpt_sovits": gpt_sovits, "indextts2": indextts2, "kokoro": kokoro,
+    "chatterbox": chatterbox,
 }
 
 

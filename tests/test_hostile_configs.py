@@ -60,9 +60,19 @@ def judge(records: list[dict]) -> list[str]:
     return bad
 
 
+# Engines whose published folder holds no config file at all: their sizes come from the checkpoints'
+# tensor shapes, which tests/test_hostile_checkpoints.py spoils instead. Their tiny folder must hold no
+# config numbers either (a config added later is then tested like every other engine's).
+NO_CONFIG = {"chatterbox": "ResembleAI/chatterbox: upstream hard-codes the sizes; the loader reads them from the shapes"}
+
+
 def check_engine(engine: str, batch: tuple[list[dict], str, str]) -> None:
     records, ended, last = batch
     mine = [r for r in records if r["engine"] == engine]
+    if engine in NO_CONFIG:
+        assert not mine, f"{engine}: its folder has config numbers now; take it out of NO_CONFIG"
+        assert not (ended and last == engine), f"{engine}: the worker did not finish: {ended}"
+        return
     bad = judge(mine)
     assert not bad, f"{engine}: {len(bad)} of {len(mine)} hostile config values were not refused clearly:\n" + \
         "\n".join(bad[:12])

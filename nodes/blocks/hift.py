@@ -13,6 +13,11 @@ convolutions are plain modules the runtime can stream.
 
 Noise: upstream v2 draws its initial phases and noise from the global RNG; v3 uses buffers drawn at
 construction. Both are drawn here from the request's generator in upstream's order and shapes.
+
+Sine source: CosyVoice 2 and 3 use `SineGen2` (phases integrated at the frame rate, then interpolated);
+Chatterbox's S3Gen keeps CosyVoice 1's `SineGen` (`sine_gen=1`: phases integrated per sample, initial
+phases uniform in [-pi, pi), and the unused `randn_like(uv)` noise of `SourceModuleHnNSF` drawn too, so
+the generator ends where upstream's global RNG does).
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class HiFTConfig:
     audio_limit: float = 0.99
     conv_pre_look_right: int = 4
     f0_cond_channels: int = 512
+    sine_gen: int = 2                        # 1: CosyVoice 1's SineGen (Chatterbox), 2: SineGen2
 
     @property
     def upsample_scale(self) -> int:
@@ -143,6 +149,8 @@ class SourceModule(nn.Module):
     def forward(self, f0: Tensor, generator: torch.Generator | None) -> Tensor:
         """f0 [1, L, 1] at the audio rate -> source [1, L, 1]."""
         c = self.c
+        if c.sine_gen == 1:
+            return self.sine_gen_v1(f0, generator)
         dim = c.nb_harmonics + 1
         fn = torch.multiply(f0, torch.tensor([[list(range(1, dim + 1))]], dtype=torch.float32, device=f0.device))
         rad = (fn / c.sampling_rate) % 1
@@ -166,6 +174,28 @@ class SourceModule(nn.Module):
             # and dropped here too, so a request's later segments continue the stream where upstream's do
             torch.empty(uv.shape).normal_(generator=generator)
         return torch.tanh(self.l_linear(sines * uv + noise))
+
+    def sine_gen_v1(self, f0: Tensor, generator: torch.Generator | None) -> Tensor:
+        """Upstream `SourceModuleHnNSF(SineGen)` (CosyVoice 1, Chatterbox) on f0 [B, L, 1], the same
+        operations and draws in upstream's order."""
+        c = self.c
+        dim = c.nb_harmonics + 1
+        f0 = f0.transpose(1, 2)                                             # [B, 1, L]
+        f_mat = torch.zeros((f0.size(0), dim, f0.size(-1)), device=f0.device)
+        for i in range(dim):
+            f_mat[:, i: i + 1, :] = f0 * (i + 1) / c.sampling_rate
+        theta = 2 * np.pi * (torch.cumsum(f_mat, dim=-1) % 1)
+        # torch.distributions.Uniform(-pi, pi).sample(): low + rand * (high - low), in float32
+        low, high = torch.tensor(-np.pi, dtype=torch.float32), torch.tensor(np.pi, dtype=torch.float32)
+        phase = (low + torch.rand((f0.size(0), dim, 1), generator=generator) * (high - low)).to(f0.device)
+        phase[:, 0, :] = 0
+        sines = c.nsf_alpha * torch.sin(theta + phase)
+        uv = (f0 > c.nsf_voiced_threshold).type(torch.float32)
+        noise_amp = uv * c.nsf_sigma + (1 - uv) * c.nsf_alpha / 3
+        noise = noise_amp * torch.randn(sines.shape, generator=generator).to(f0.device)
+        sines = (sines * uv + noise).transpose(1, 2)
+        torch.randn((uv.shape[0], uv.shape[2], 1), generator=generator)   # upstream's unused noise source
+        return torch.tanh(self.l_linear(sines))
 
 
 def hann_window(n: int) -> Tensor:

@@ -19,9 +19,11 @@ steps with CFG 0.7 (batch of 2: conditioned and unconditioned), the prompt's fra
 masks of a single full-length utterance are all-true upstream (additive zeros / no-op fills), so they
 are left out here; the parity fixtures check that this changes no bit.
 
-Upstream draws the initial noise from a 1x80x15000 buffer made with seed 0 at construction; we draw
-the same-shaped buffer from the request's generator (seed 0 reproduces upstream) and take its first
-frames.
+Upstream CosyVoice draws the initial noise from a 1x80x15000 buffer made with seed 0 at construction; we
+draw the same-shaped buffer from the request's generator (seed 0 reproduces upstream) and take its first
+frames. Chatterbox's S3Gen instead draws `randn_like(mu)` from the global RNG: the caller passes that
+noise in (`mel(..., noise=...)`), and its Euler loop takes t and dt from the grid (`clock="grid"`) where
+CosyVoice accumulates t.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class FlowConfig:
     n_timesteps: int = 10
     inference_cfg_rate: float = 0.7
     t_scheduler: str = "cosine"
+    clock: str = "accumulate"          # the Euler loop's clock (flow.solve): "grid" for Chatterbox
     # v2 encoder
     encoder_size: int = 512
     encoder_heads: int = 8
@@ -564,10 +567,12 @@ class Flow(nn.Module):
         return h.transpose(1, 2).contiguous(), spks
 
     def mel(self, token: Tensor, prompt_token: Tensor, prompt_feat: Tensor, embedding: Tensor,
-            generator: torch.Generator | None, callback: Callable[[int, int], None] | None = None) -> Tensor:
+            generator: torch.Generator | None, callback: Callable[[int, int], None] | None = None,
+            noise: Tensor | None = None) -> Tensor:
         """Mel [1, 80, T] of `token` after the prompt (upstream `inference(streaming=False, finalize=True)`):
-        n_timesteps cosine-scheduled Euler steps of the shared solver on upstream's accumulated clock, CFG in
-        upstream's form."""
+        n_timesteps cosine-scheduled Euler steps of the shared solver on the config's clock, CFG in
+        upstream's form. The initial noise is `noise` [1, 80, frames of prompt + tokens] when given,
+        otherwise CosyVoice's buffer drawn from `generator`."""
         c = self.config
         mu, spks = self.encode(token, prompt_token, embedding)
         frames, prompt_frames = mu.shape[2], prompt_feat.shape[1]
@@ -581,9 +586,13 @@ class Flow(nn.Module):
         def both(x: Tensor, t: Tensor) -> Tensor:
             return self.decoder.estimator(x, mask, mu2, t.reshape(1).expand(2), spks2, cond2)
 
-        x0 = flow_noise(frames, generator).to(device=mu.device, dtype=mu.dtype)
+        if noise is None:
+            noise = flow_noise(frames, generator)
+        elif tuple(noise.shape) != (1, c.output_size, frames):
+            raise ValueError(f"S3Gen flow: noise must be [1, {c.output_size}, {frames}], got {tuple(noise.shape)}")
+        x0 = noise.to(device=mu.device, dtype=mu.dtype)
         times = cosine_t_span(c.n_timesteps, mu.dtype, mu.device)
-        x = solve(guided(both, c.inference_cfg_rate, mix, double=True), x0, times, method="euler", clock="accumulate",
+        x = solve(guided(both, c.inference_cfg_rate, mix, double=True), x0, times, method="euler", clock=c.clock,
                   callback=callback)
         # float32 as upstream returns it from half precision; a float64 run stays float64
         return x.to(torch.promote_types(x.dtype, torch.float32))[:, :, prompt_frames:]

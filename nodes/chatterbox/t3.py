@@ -10,6 +10,7 @@ temperature, min-p, top-p and one multinomial draw.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,8 +205,9 @@ def choose(logits: Tensor, history: list[int], s: Sampling, generator: torch.Gen
 
 
 def generate(model: T3, cond: Tensor, text_tokens: Tensor, s: Sampling, generator: torch.Generator | None,
-             cache_kind: str = "dynamic") -> list[int]:
-    """Speech tokens for `text_tokens` (start/stop text tokens included), the stop token last when drawn."""
+             cache_kind: str = "dynamic", on_token: Callable[[int, int], None] | None = None) -> list[int]:
+    """Speech tokens for `text_tokens` (start/stop text tokens included), the stop token last when drawn.
+    `on_token(done, limit)` runs after each token (progress; raise to cancel)."""
     cache = make_cache(cache_kind)
     embeds = model.prefill_embeds(cond, text_tokens)
     logits = model.logits(embeds, cache, 0)
@@ -216,6 +218,8 @@ def generate(model: T3, cond: Tensor, text_tokens: Tensor, s: Sampling, generato
         token = choose(logits, history, s, generator)
         out.append(token)
         history.append(token)
+        if on_token is not None:
+            on_token(i + 1, s.max_new_tokens)
         if token == model.config.stop_speech_token:
             break
         logits = model.logits(model.speech_token_embeds(torch.tensor([token]), i + 1), cache, pos)

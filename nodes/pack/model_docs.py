@@ -23,6 +23,13 @@ _GPT_SOVITS_TEXT = f"https://github.com/RVC-Boss/GPT-SoVITS/tree/{GPT_SOVITS_COM
 
 # Hand-written notes per engine id, placed under the engine's heading (read-only: module state stays constant).
 NOTES: MappingProxyType[str, str] = MappingProxyType({
+    "chatterbox": (
+        "The five files of https://huggingface.co/ResembleAI/chatterbox as published (about 3.2 GB: "
+        "t3_cfg.safetensors 2,129,653,744 B, s3gen.safetensors 1,056,484,620 B, ve.safetensors 5,695,784 B, "
+        "conds.pt 107,374 B, tokenizer.json 25,470 B; sizes as a third party lists them, not checked here; the "
+        "download checks each file against the hub's own sha256). `conds.pt` is the built-in voice: without it "
+        "every request needs reference audio. **Outputs are not watermarked**: upstream embeds an inaudible "
+        "Perth watermark (`resemble-perth`) in every output; this engine does not."),
     "hibari": (
         "Nothing to download: the weights (ONNX) and G2P lexicons ship inside the PyPI package `hibari-tts`, "
         "which `install.py` installs (ComfyUI-Manager runs it). The loader takes no model folder."),

@@ -1,7 +1,9 @@
-"""Records tests/chatterbox/golden_t3.json from upstream `chatterbox-tts==0.1.7` (run in the reference venv,
-see README.md): `$CHATTERBOX_REF_PYTHON tests/chatterbox/make_fixtures.py`."""
+"""Records the golden files of tests/chatterbox from upstream `chatterbox-tts==0.1.7` (run in the reference
+venv, see README.md): `$CHATTERBOX_REF_PYTHON tests/chatterbox/make_fixtures.py` (T3, text, voice encoder),
+`... make_fixtures.py s3tokenizer` (golden_s3tok.json), `... make_fixtures.py s3gen` (golden_s3gen.pt)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -25,6 +27,7 @@ def bare_package(name: str) -> None:
     spec = importlib.util.find_spec(name)
     pkg = types.ModuleType(name)
     pkg.__path__ = list(spec.submodule_search_locations)
+    pkg.__spec__ = spec          # find_spec(name) (transformers asks for torchaudio) sees a package
     sys.modules[name] = pkg
 
 
@@ -157,8 +160,154 @@ def s3_tokenizer_case() -> dict:
     return out
 
 
+def forcing(cls, overrides: dict):
+    """`cls` called with `overrides` replacing whatever arguments upstream passes for those names."""
+    def make(*args, **kwargs):
+        return cls(*args, **{**kwargs, **overrides})
+    return make
+
+
+@contextlib.contextmanager
+def tiny_s3gen_classes():
+    """While open, upstream's S3Token2Wav() builds tiny.TINY_S3GEN: its parts are built with fixed arguments
+    inside S3Token2Mel.__init__, so the classes it calls are replaced by makers forcing the tiny sizes (and
+    the 512 the encoder writes for its lookahead and upsampling layers); its S3 tokenizer always takes
+    s3tokenizer's default ModelConfig, so that default is the tiny one."""
+    from chatterbox.models.s3gen import s3gen as m
+    from chatterbox.models.s3gen.transformer import upsample_encoder as ue
+    from chatterbox.models.s3tokenizer import s3tokenizer as cs3
+    from s3tokenizer import model_v2
+    t = tiny.TINY_S3GEN
+    saved = {name: getattr(m, name) for name in ("UpsampleConformerEncoder", "ConditionalDecoder", "CAMPPlus",
+                                                 "HiFTGenerator", "ConvRNNF0Predictor", "CausalMaskedDiffWithXvec")}
+    inner = {name: getattr(ue, name) for name in ("PreLookaheadLayer", "Upsample1D")}
+    defaults = (model_v2.S3TokenizerV2.__init__.__defaults__, cs3.S3Tokenizer.__init__.__defaults__)
+    m.UpsampleConformerEncoder = forcing(saved["UpsampleConformerEncoder"], t["encoder"])
+    m.ConditionalDecoder = forcing(saved["ConditionalDecoder"], t["decoder"])
+    m.CAMPPlus = forcing(saved["CAMPPlus"], t["campplus"])
+    m.HiFTGenerator = forcing(saved["HiFTGenerator"], t["hift"])
+    m.ConvRNNF0Predictor = forcing(saved["ConvRNNF0Predictor"], t["f0"])
+    m.CausalMaskedDiffWithXvec = forcing(saved["CausalMaskedDiffWithXvec"], {"input_size": t["encoder"]["input_size"]})
+    width = t["encoder"]["output_size"]
+    ue.PreLookaheadLayer = forcing(inner["PreLookaheadLayer"], {"channels": width})
+    ue.Upsample1D = forcing(inner["Upsample1D"], {"channels": width, "out_channels": width})
+    model_v2.S3TokenizerV2.__init__.__defaults__ = (model_v2.ModelConfig(**t["tokenizer"]),)
+    cs3.S3Tokenizer.__init__.__defaults__ = ("speech_tokenizer_v2_25hz", model_v2.ModelConfig(**t["tokenizer"]))
+    try:
+        yield
+    finally:
+        for name, cls in saved.items():
+            setattr(m, name, cls)
+        for name, cls in inner.items():
+            setattr(ue, name, cls)
+        model_v2.S3TokenizerV2.__init__.__defaults__, cs3.S3Tokenizer.__init__.__defaults__ = defaults
+
+
+def upstream_s3gen():
+    """Upstream's S3Token2Wav (S3Gen) at tiny.TINY_S3GEN, weights tiny.fill_s3gen by name."""
+    from chatterbox.models.s3gen import s3gen as m
+    with tiny_s3gen_classes():
+        model = m.S3Token2Wav().eval()
+    shapes = {k: list(v.shape) for k, v in model.state_dict().items() if k not in model.ignore_state_dict_missing}
+    missing, unexpected = model.load_state_dict(tiny.fill_s3gen(shapes), strict=False)
+    assert sorted(missing) == sorted(model.ignore_state_dict_missing) and not unexpected, (missing, unexpected)
+    return model, shapes
+
+
+def s3gen_case() -> dict:
+    """S3Gen as ChatterboxTTS uses it: embed_ref on a 24 kHz reference (mel, CAM++ x-vector after
+    torchaudio's resampler, prompt tokens), the flow (noise = randn_like(mu) after manual_seed), HiFT
+    (after manual_seed) and the whole inference with its trim fade (after manual_seed), float32."""
+    model, shapes = upstream_s3gen()
+    wav = tiny.voice_wav_24k()
+    tokens = tiny.s3gen_tokens()
+    with torch.inference_mode():
+        ref = model.embed_ref(wav, 24000)
+        recorded = {k: ref[k].clone() for k in ("prompt_token", "prompt_feat", "embedding")}  # forward casts ref
+        torch.manual_seed(41)
+        mel = model.flow_inference(tokens, ref_dict=ref, finalize=True)
+        torch.manual_seed(42)
+        hift, _ = model.hift_inference(mel, None)
+        torch.manual_seed(43)
+        full, _ = model.inference(tokens, ref_dict=ref)
+    return {"upstream": "chatterbox-tts==0.1.7", "state_shapes": shapes,
+            **recorded, "flow_mel": mel.clone(), "hift_wav": hift.clone(),
+            "wav": full.clone()}
+
+
+def real_s3gen_shapes() -> dict[str, list[int]]:
+    """Upstream's published S3Gen (S3Token2Wav(), fixed sizes) built on `meta`: names and shapes only, as
+    s3gen.safetensors holds them (weight norm unfolded; the tokenizer's mel filters and window left out)."""
+    from chatterbox.models.s3gen import s3gen as m
+    with torch.device("meta"):
+        model = m.S3Token2Wav()
+    return {k: list(v.shape) for k, v in model.state_dict().items() if k not in model.ignore_state_dict_missing}
+
+
+class NoWatermark:
+    """perth.PerthImplicitWatermarker with the watermark off: the audio as it came."""
+
+    def apply_watermark(self, wav, sample_rate):
+        return wav
+
+
+def pipeline_case(folder: Path) -> dict:
+    """Upstream `ChatterboxTTS.from_local(folder).generate(...)` on tiny.write_folder's files, watermark off,
+    T3.inference's max_new_tokens forced to tiny.FOLDER_T3_TOKENS (generate passes 1000): the built-in voice
+    at two exaggerations, then a 44.1 kHz stereo reference file (prepare_conditionals replaces the built-in
+    voice, so it comes last). torch.manual_seed(seed) before each generate, as a user does."""
+    import soundfile
+    from chatterbox.models.t3 import llama_configs, t3
+    from chatterbox.models.t3.modules import cond_enc
+    from chatterbox.models.t3.modules.perceiver import Perceiver
+    sys.modules["perth"].PerthImplicitWatermarker = NoWatermark
+    llama_configs.LLAMA_CONFIGS["Llama_520M"] = tiny.FOLDER_LLAMA
+    cond_enc.Perceiver = functools.partial(Perceiver, **tiny.FOLDER_PERCEIVER)
+    drawn: list[list[int]] = []
+    inference = t3.T3.inference
+
+    def capped(self, *args, **kwargs):
+        out = inference(self, *args, **{**kwargs, "max_new_tokens": tiny.FOLDER_T3_TOKENS})
+        drawn.append(out[0].tolist())
+        return out
+
+    t3.T3.inference = capped
+    from chatterbox.tts import ChatterboxTTS
+    with tiny_s3gen_classes():
+        model = ChatterboxTTS.from_local(folder, "cpu")
+    reference = folder.parent / "reference_44k_stereo.wav"
+    soundfile.write(str(reference), tiny.stereo_reference().T.numpy(), 44100, subtype="FLOAT")
+    out = {}
+    for name, exaggeration, use_reference, seed in tiny.PIPELINE_CASES:
+        torch.manual_seed(seed)
+        wav = model.generate(tiny.PIPELINE_TEXT, exaggeration=exaggeration,
+                             audio_prompt_path=str(reference) if use_reference else None)
+        out[name] = {"tokens": drawn[-1], "wav": wav[0].clone()}
+    return out
+
+
 def main() -> None:
     import tempfile
+    if sys.argv[1:] == ["real_s3gen"]:
+        path = Path(__file__).parent / "real_s3gen.json"
+        path.write_text(json.dumps(real_s3gen_shapes(), indent=0) + "\n")
+        print(path)
+        return
+    if sys.argv[1:2] == ["pipeline"]:
+        # pipeline FOLDER [OUT]: FOLDER written by tiny.write_folder in the project's venv (it builds the
+        # T3 names with our classes), e.g. python -c "import tiny; tiny.write_folder('/tmp/cb/chatterbox')"
+        folder = Path(sys.argv[2])
+        path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_pipeline.pt"
+        torch.set_num_threads(1)
+        torch.save(pipeline_case(folder), path)
+        print(path)
+        return
+    if sys.argv[1:2] == ["s3gen"]:     # optional second argument: where to write (the live test's copy)
+        path = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent / "golden_s3gen.pt"
+        torch.set_num_threads(1)
+        torch.save(s3gen_case(), path)
+        print(path)
+        return
     if sys.argv[1:] == ["s3tokenizer"]:
         path = Path(__file__).parent / "golden_s3tok.json"
         path.write_text(json.dumps(s3_tokenizer_case(), indent=0) + "\n")

@@ -73,3 +73,161 @@ TEXTS = ["hello there, the cat...", "", "  Many   spaces  here ", "Quotes “lik
 # fields). 0.1 keeps the projections inside tanh's live range, so the FSQ digits are not all saturated.
 TINY_S3TOK = dict(n_mels=128, n_audio_state=1280, n_audio_head=20, n_audio_layer=6)
 S3TOK_SCALE = 0.1
+
+# S3Gen at test size: upstream's S3Token2Wav builds its parts with fixed arguments, so make_fixtures
+# replaces the classes it calls by these partials (the names it loads by are unchanged). The encoder's
+# input width must equal its output width (its up_embed takes the upsampled output): 64 for the token
+# embedding too.
+TINY_S3GEN = dict(
+    encoder=dict(input_size=64, output_size=64, attention_heads=2, linear_units=128, num_blocks=2),
+    decoder=dict(channels=[64], attention_head_dim=64, n_blocks=1, num_mid_blocks=2, num_heads=2),
+    hift=dict(base_channels=64),
+    f0=dict(cond_channels=64),
+    campplus=dict(growth_rate=8, bn_size=2, init_channels=32),
+    tokenizer=dict(n_mels=128, n_audio_state=128, n_audio_head=2, n_audio_layer=2),
+)
+S3GEN_TOKENS = 30        # speech tokens of the S3Gen cases (1.2 s of audio)
+
+
+def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31) -> dict[str, torch.Tensor]:
+    """Random S3Gen weights by name at a well-conditioned scale (rows ~ unit norm), so the 10 Euler
+    steps, the HiFT resblocks and CAM++'s batch norms stay in range: batch-norm variances positive,
+    weight-norm gains near 1, the f0 head's bias at 150 Hz so the sine source is voiced, HiFT's last conv
+    small so its output stays mostly below the 0.99 clip."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for k in sorted(shapes):
+        shape = tuple(shapes[k])
+        if k.endswith("num_batches_tracked"):
+            out[k] = torch.zeros(shape, dtype=torch.long)
+            continue
+        r = torch.randn(shape, generator=g)
+        if k.endswith("running_var"):
+            out[k] = 1 + 0.5 * r.abs()
+        elif k.endswith("f0_predictor.classifier.bias"):
+            out[k] = 150 + 10 * r
+        elif k.startswith("mel2wav.conv_post."):    # log-magnitudes near -1, so the audio is not all clipped
+            out[k] = (0.1 if k.endswith("original0") else 1.0) * (1 + 0.1 * r) if "weight" in k else -1 + 0.1 * r
+        elif k.endswith("original0") or k.endswith(".alpha") or (len(shape) == 1 and k.endswith("weight")):
+            out[k] = 1 + 0.1 * r
+        elif len(shape) <= 1 or k.endswith("pos_bias_u") or k.endswith("pos_bias_v"):
+            out[k] = 0.1 * r
+        elif "embedding" in k and len(shape) == 2:
+            out[k] = r
+        else:
+            out[k] = r / (r[0].numel() ** 0.5)
+    return out
+
+
+def s3gen_tokens(seed: int = 32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 6561, (1, S3GEN_TOKENS), generator=g)
+
+
+def voice_wav_24k(seed: int = 8, seconds: float = 2.0) -> torch.Tensor:
+    """24 kHz mono float32 reference for S3Gen: voice_wav's recipe at 24 kHz."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(seconds * 24000)
+    t = torch.arange(n, dtype=torch.float64) / 24000
+    f0 = 160 + 20 * torch.sin(2 * torch.pi * 2.0 * t)
+    voiced = 0.3 * torch.sin(2 * torch.pi * torch.cumsum(f0, 0) / 24000) + 0.05 * torch.randn(n, generator=g,
+                                                                                             dtype=torch.float64)
+    env = ((t > 0.2) & (t < seconds - 0.3)).double()
+    return (voiced * env + 1e-4 * torch.randn(n, generator=g, dtype=torch.float64)).float()
+
+
+# ---- a tiny model folder in the published layout (ResembleAI/chatterbox) ----------------------------------
+# The loader reads sizes from the tensor shapes with the published head width of 64, so this T3 keeps it.
+FOLDER_LLAMA = dict(TINY_LLAMA, hidden_size=128, intermediate_size=256, num_attention_heads=2, head_dim=64,
+                    num_key_value_heads=2)
+FOLDER_PERCEIVER = dict(pre_attention_query_token=32, pre_attention_query_size=128, embedding_dim=128,
+                        num_attn_heads=4)
+FOLDER_T3_TOKENS = 16        # max speech tokens per request in the folder's tests (upstream: 1000)
+
+
+def s3gen_shapes() -> dict[str, list[int]]:
+    """Upstream S3Gen's tensor names and shapes at TINY_S3GEN (recorded in golden_s3gen.pt)."""
+    from pathlib import Path
+    return torch.load(Path(__file__).parent / "golden_s3gen.pt", weights_only=True)["state_shapes"]
+
+
+def t3_shapes() -> dict[str, list[int]]:
+    """T3's upstream names at FOLDER_LLAMA (our T3 has upstream's names: test_t3 checks them)."""
+    from mizuoto.nodes.chatterbox.t3 import T3, T3Config
+    c = FOLDER_LLAMA
+    with torch.device("meta"):
+        model = T3(T3Config(hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
+                            num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
+                            num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"]))
+    return {k: list(v.shape) for k, v in model.state_dict().items()}
+
+
+def ve_shapes() -> dict[str, list[int]]:
+    from mizuoto.nodes.chatterbox.voice_encoder import VoiceEncoder
+    with torch.device("meta"):
+        return {k: list(v.shape) for k, v in VoiceEncoder().state_dict().items()}
+
+
+def builtin_conds(seed: int = 33) -> dict:
+    """conds.pt's content in upstream's form (Conditionals.save: t3 = T3Cond.__dict__, gen = ref_dict)."""
+    g = torch.Generator().manual_seed(seed)
+    mel = torch.load(__import__("pathlib").Path(__file__).parent / "golden_s3gen.pt", weights_only=True)
+    prompt_token = mel["prompt_token"][:, :20]
+    return {"t3": {"speaker_emb": torch.nn.functional.normalize(torch.randn(1, 256, generator=g), dim=1),
+                   "clap_emb": None,
+                   "cond_prompt_speech_tokens": torch.randint(0, 6561, (1, 24), generator=g),
+                   "cond_prompt_speech_emb": None, "emotion_adv": 0.5 * torch.ones(1, 1, 1)},
+            "gen": {"prompt_token": prompt_token, "prompt_token_len": torch.tensor([20]),
+                    "prompt_feat": mel["prompt_feat"][:, :40].clone(), "prompt_feat_len": None,
+                    "embedding": mel["embedding"].clone()}}
+
+
+def write_folder(root) -> "Path":
+    """t3_cfg / s3gen / ve .safetensors, tokenizer.json and conds.pt with tiny random weights by name."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+    folder = Path(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    t3 = {k: torch.randn(v, generator=torch.Generator().manual_seed(i)) * 0.5 for i, (k, v) in
+          enumerate(sorted(t3_shapes().items()))}
+    save_file({k: v.contiguous() for k, v in t3.items()}, str(folder / "t3_cfg.safetensors"))
+    save_file({k: v.contiguous() for k, v in fill_s3gen(s3gen_shapes()).items()}, str(folder / "s3gen.safetensors"))
+    g = torch.Generator().manual_seed(3)
+    ve = {k: torch.randn(v, generator=g) * VE_SCALE for k, v in sorted(ve_shapes().items())}
+    save_file(ve, str(folder / "ve.safetensors"))
+    (folder / "tokenizer.json").write_text(tokenizer_json())
+    torch.save(builtin_conds(), folder / "conds.pt")
+    return folder
+
+
+def conformance_case(root) -> "Case":
+    from pathlib import Path
+
+    from conformance import Case
+
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
+    folder = write_folder(Path(root) / "chatterbox")
+    return Case(folder, SpeakRequest("Hello there.", seed=3, options={"max_new_tokens": FOLDER_T3_TOKENS}))
+
+
+# ---- the Speak-pipeline cases against ChatterboxTTS.generate (make_fixtures.py pipeline) ------------------
+PIPELINE_TEXT = "hello there, the cat..."
+PIPELINE_CASES = [  # (name, exaggeration, with the 44.1 kHz stereo reference, seed); the reference case last
+    ("default_voice_exag05", 0.5, False, 21),
+    ("default_voice_exag09", 0.9, False, 22),
+    ("stereo_44k_exag07", 0.7, True, 23),
+]
+
+
+def stereo_reference(seed: int = 12, seconds: float = 2.0) -> torch.Tensor:
+    """[2, T] at 44.1 kHz: voice_wav's recipe, the right channel 0.8 x the left plus its own noise."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(seconds * 44100)
+    t = torch.arange(n, dtype=torch.float64) / 44100
+    f0 = 130 + 25 * torch.sin(2 * torch.pi * 1.7 * t)
+    voiced = 0.3 * torch.sin(2 * torch.pi * torch.cumsum(f0, 0) / 44100)
+    env = ((t > 0.25) & (t < seconds - 0.3)).double()
+    left = voiced * env + 0.03 * torch.randn(n, generator=g, dtype=torch.float64) * env
+    right = 0.8 * left + 1e-3 * torch.randn(n, generator=g, dtype=torch.float64)
+    return torch.stack([left, right]).float()
