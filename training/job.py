@@ -50,11 +50,17 @@ def save_atomic(state: Mapping[str, Any], path: Path) -> None:
 
 class TrainLoop:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | HostAdamW, data: Sequence[Any],
-                 loss_fn: Callable[[nn.Module, Any], Tensor], tools: Tools, *, seed: int,
-                 checkpoint: Path, save_every: int = 0) -> None:
+                 loss_fn: Callable[[nn.Module, Any], Tensor] | None, tools: Tools, *, seed: int,
+                 checkpoint: Path, save_every: int = 0,
+                 step: Callable[[Any, int], float] | None = None, extra: Any = None) -> None:
+        """`step(batch, index_in_epoch) -> loss`, when given, replaces `train_step` (a method with its own
+        update rule, e.g. gradient accumulation); `extra` (with state_dict / load_state_dict) is saved too."""
         if not data:
             raise ValueError("training data is empty")
+        if loss_fn is None and step is None:
+            raise ValueError("TrainLoop: give a loss_fn or a step")
         self.model, self.optimizer, self.data, self.loss_fn, self.tools = model, optimizer, data, loss_fn, tools
+        self.custom_step, self.extra = step, extra
         self.checkpoint, self.save_every = Path(checkpoint), save_every
         self.step = 0
         self.losses: list[float] = []
@@ -71,6 +77,9 @@ class TrainLoop:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
                 "losses": list(self.losses), "order": self.order.get_state(), "epoch": list(self._epoch),
                 "rng_cpu": torch.get_rng_state(),
+                # gradients accumulated but not yet applied (a method stepping every few batches)
+                "grads": {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None},
+                "extra": self.extra.state_dict() if self.extra is not None else {},
                 "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
     def save(self) -> Path:
@@ -85,6 +94,13 @@ class TrainLoop:
         self.step, self.losses = int(state["step"]), list(state["losses"])
         self.order.set_state(state["order"])
         self._epoch = list(state["epoch"])
+        params = dict(self.model.named_parameters())
+        for p in params.values():
+            p.grad = None
+        for n, g in state["grads"].items():
+            params[n].grad = g.to(params[n].device)
+        if self.extra is not None:
+            self.extra.load_state_dict(state["extra"])
         torch.set_rng_state(state["rng_cpu"])
         if state["rng_cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
@@ -98,7 +114,10 @@ class TrainLoop:
             if interrupted():
                 raise Interrupted(self.step, self.save())
             batch = self.data[self._next_index()]
-            loss = train_step(self.model, self.loss_fn, batch, self.optimizer, self.tools)
+            if self.custom_step is not None:
+                loss = self.custom_step(batch, len(self.data) - len(self._epoch) - 1)
+            else:
+                loss = train_step(self.model, self.loss_fn, batch, self.optimizer, self.tools)
             self.step += 1
             self.losses.append(loss)
             if progress is not None:

@@ -34,6 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from torch.utils.checkpoint import checkpoint
+
+from ...training.memory import Tools
 from ...training.scaled_adam import ScaledAdam
 from .t2s import Layer, Text2Semantic
 
@@ -124,9 +127,11 @@ def _layer(layer: Layer, x: Tensor, mask: Tensor, heads: int, p: float) -> Tenso
     return layer.norm2(x + F.dropout(ff, p, train))
 
 
-def s1_logits(model: Text2Semantic, batch: S1Batch, embedding_dropout: float = 0.0) -> tuple[Tensor, Tensor]:
+def s1_logits(model: Text2Semantic, batch: S1Batch, embedding_dropout: float = 0.0,
+              checkpointing: bool = False) -> tuple[Tensor, Tensor]:
     """forward_old's logits [B, vocab, Ly + 1] and targets [B, Ly + 1]; dropout when `model.training`.
-    `embedding_dropout` is the config's `model.dropout` (the token embeddings' dropout)."""
+    `embedding_dropout` is the config's `model.dropout` (the token embeddings' dropout); `checkpointing`
+    recomputes each layer in backward (its dropout masks replayed from the saved RNG state)."""
     train, eos, heads = model.training, model.cfg.eos, model.cfg.heads
     x = F.dropout(model.ar_text_embedding(batch.phoneme_ids), embedding_dropout, train)
     x = x + model.bert_proj(batch.bert_feature.transpose(1, 2))
@@ -151,13 +156,17 @@ def s1_logits(model: Text2Semantic, batch: S1Batch, embedding_dropout: float = 0
     float_mask.masked_fill_(mask, float("-inf"))
     xy = torch.concat([x, y_pos], dim=1)
     for layer in model.h.layers:
-        xy = _layer(layer, xy, float_mask, heads, DROPOUT)
+        if checkpointing and torch.is_grad_enabled():
+            xy = checkpoint(_layer, layer, xy, float_mask, heads, DROPOUT, use_reentrant=False)
+        else:
+            xy = _layer(layer, xy, float_mask, heads, DROPOUT)
     return model.ar_predict_layer(xy[:, x_len - 1:]).permute(0, 2, 1), targets
 
 
-def s1_loss(model: Text2Semantic, batch: S1Batch, embedding_dropout: float = 0.0) -> Tensor:
-    """forward_old's loss: cross-entropy summed over every target (EOS included)."""
-    logits, targets = s1_logits(model, batch, embedding_dropout)
+def s1_loss(model: Text2Semantic, batch: S1Batch, embedding_dropout: float = 0.0,
+            checkpointing: bool = False) -> Tensor:
+    """forward_old's loss: cross-entropy summed over every target (EOS included; float32 under autocast)."""
+    logits, targets = s1_logits(model, batch, embedding_dropout, checkpointing)
     return F.cross_entropy(logits, targets, reduction="sum")
 
 
@@ -185,13 +194,21 @@ class S1Recipe:
     """The training_step rule: backward every batch; step, zero the grads and lock the rate every
     `ACCUMULATE` batches of an epoch (not at its batch 0)."""
 
-    def __init__(self, model: Text2Semantic, optimizer: torch.optim.Optimizer, embedding_dropout: float = 0.0) -> None:
+    def __init__(self, model: Text2Semantic, optimizer: torch.optim.Optimizer, embedding_dropout: float = 0.0,
+                 tools: Tools | None = None) -> None:
         self.model, self.optimizer, self.embedding_dropout = model, optimizer, embedding_dropout
+        self.tools = tools or Tools()
+        if self.tools.host_optimizer:
+            raise ValueError("GPT-SoVITS GPT training: the host-side optimizer (preset lowest) runs AdamW, not "
+                             "the recipe's ScaledAdam; choose fast, balanced or low")
         self.updates = 0
 
     def batch(self, batch: S1Batch, batch_idx: int) -> float:
         """One training_step on `batch` (the `batch_idx`-th of its epoch); returns the loss."""
-        loss = s1_loss(self.model, batch, self.embedding_dropout)
+        device = next(self.model.parameters()).device
+        half = self.tools.mixed_precision
+        with torch.autocast(device.type, dtype=half or torch.float32, enabled=half is not None):
+            loss = s1_loss(self.model, batch.to(device), self.embedding_dropout, self.tools.gradient_checkpointing)
         loss.backward()
         if batch_idx > 0 and batch_idx % ACCUMULATE == 0:
             self.optimizer.step()
