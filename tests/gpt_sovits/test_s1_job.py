@@ -143,3 +143,19 @@ def test_interrupt_and_resume_reach_the_same_weights(root):
     assert all(torch.equal(a[k], b[k]) for k in a)
     for name in ("straight", "resumed"):
         shutil.rmtree(root / name)
+
+
+def test_cli_train(root, capsys):
+    from mizuoto.cli import main
+    argv = ["train", "gpt_sovits", "--base", str(root / "tiny-v2"), "--list", str(root / "list.txt"),
+            "--name", "from_cli", "--epochs", "1", "--batch-size", "16"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert f"voice: {root / 'from_cli'}" in out.out and "steps: 7 (1 optimizer updates)" in out.out
+    assert "train    [" in out.err and "7/7 loss" in out.err
+    assert load_gpt_sovits(root / "from_cli").t2s is not None
+    assert main(argv) == 2 and "already exists" in capsys.readouterr().err
+    assert main(argv[:-1] + ["0"]) == 2 and "batch_size = 0" in capsys.readouterr().err
+    assert main(["train", "gpt_sovits", "--base", str(root), "--list", "x", "--name", "y"]) == 2
+    assert "not a GPT-SoVITS voice folder" in capsys.readouterr().err
+    shutil.rmtree(root / "from_cli")
