@@ -199,22 +199,26 @@ def train(args: argparse.Namespace) -> int:
 
     from .training.job import Interrupted
 
-    if args.engine != "gpt_sovits":
-        raise UsageError(f"engine {args.engine!r}: training is offered for gpt_sovits")
-    from .nodes.gpt_sovits.loader import is_model_folder, missing_files
-    from .nodes.gpt_sovits.train import S1Job, check_job, train_voice
+    from .nodes.pack.registry import engine
 
-    base = Path(args.base)
-    if not base.is_dir() or not is_model_folder(base):
-        lacks = missing_files(base) if base.is_dir() else ["the folder"]
-        raise UsageError(f"--base {base}: not a GPT-SoVITS voice folder (missing {', '.join(lacks)})")
-    job = S1Job(base=base, list_file=Path(args.list), save_name=args.name,
-                audio_dir=Path(args.audio_dir) if args.audio_dir else None, epochs=args.epochs,
-                batch_size=args.batch_size, seed=args.seed, preset=args.preset, device=args.device)
     try:
-        check_job(job)
+        spec = engine(args.engine)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if spec.trainer is None:
+        raise UsageError(f"engine {args.engine!r}: not trainable here")
+    base = Path(args.base)
+    if not base.is_dir() or not spec.is_model_folder(base):
+        lacks = spec.missing_files(base) if base.is_dir() and spec.missing_files else ["the folder"]
+        raise UsageError(f"--base {base}: not a {spec.display_name} voice folder (missing {', '.join(lacks)})")
+    try:
+        job = spec.trainer.make_job(base=base, list_file=Path(args.list), save_name=args.name,
+                                    audio_dir=Path(args.audio_dir) if args.audio_dir else None, epochs=args.epochs,
+                                    batch_size=args.batch_size, seed=args.seed, preset=args.preset, device=args.device)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.preset not in spec.trainer.presets:
+        raise UsageError(f"--preset {args.preset}: {args.engine} trains with {', '.join(spec.trainer.presets)}")
 
     def progress(stage: str, done: int, total: int, loss: float | None) -> None:
         width = 30
@@ -224,7 +228,7 @@ def train(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
 
     try:
-        result = train_voice(job, progress=progress)
+        result = spec.trainer.run(job, progress=progress)
     except Interrupted as e:
         print(f"\n{e}; run the same command again to resume", file=sys.stderr)
         return 130

@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -128,12 +129,18 @@ class TrainLoop:
 
 
 def run_in_process(target: Callable[..., Any], kwargs: Mapping[str, Any], env: Mapping[str, str],
-                   timeout: float | None = None) -> Any:
+                   timeout: float | None = None, progress: Callable[..., None] | None = None,
+                   interrupted: Callable[[], bool] | None = None) -> Any:
     """Run `target(**kwargs)` (a module-level function) in a spawned process started with `env` added
-    to the environment; returns its result, or raises its error with the child's message."""
+    to the environment; returns its result, or raises its error with the child's message.
+
+    With `progress`, the child's target gets a `progress` callable whose calls arrive here (in order);
+    with `interrupted` (polled here), it gets an `interrupted` callable that turns True once that does."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_child, args=(child, target, dict(kwargs)), daemon=True)
+    stop = ctx.Event()
+    process = ctx.Process(target=_child, args=(child, target, dict(kwargs), progress is not None,
+                                               stop if interrupted is not None else None), daemon=True)
     with _ENV_LOCK:  # the child inherits the environment at start(); ours is restored at once
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -146,10 +153,24 @@ def run_in_process(target: Callable[..., Any], kwargs: Mapping[str, Any], env: M
                 else:
                     os.environ[k] = v
     child.close()
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        if not parent.poll(timeout):
-            raise TimeoutError(f"training process gave no result within {timeout} s")
-        ok, value = parent.recv()
+        while True:
+            if interrupted is not None and not stop.is_set() and interrupted():
+                stop.set()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"training process gave no result within {timeout} s")
+            if not parent.poll(0.2 if left is None else min(0.2, left)):
+                if not process.is_alive() and not parent.poll(0):
+                    raise EOFError
+                continue
+            kind, value = parent.recv()
+            if kind == "progress":
+                progress(*value)
+                continue
+            ok = kind == "ok"
+            break
     except EOFError:
         process.join(5)
         raise RuntimeError(f"training process died (exit code {process.exitcode})") from None
@@ -158,15 +179,23 @@ def run_in_process(target: Callable[..., Any], kwargs: Mapping[str, Any], env: M
         if process.is_alive():
             process.kill()
     if not ok:
+        if isinstance(value, tuple) and value[0] == "Interrupted":
+            raise Interrupted(value[1], Path(value[2]))
         raise RuntimeError(f"training process failed: {value}")
     return value
 
 
-def _child(conn: Any, target: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+def _child(conn: Any, target: Callable[..., Any], kwargs: dict[str, Any], report: bool, stop: Any) -> None:
     try:
-        conn.send((True, target(**kwargs)))
+        if report:
+            kwargs["progress"] = lambda *args: conn.send(("progress", args))
+        if stop is not None:
+            kwargs["interrupted"] = stop.is_set
+        conn.send(("ok", target(**kwargs)))
+    except Interrupted as e:
+        conn.send(("error", ("Interrupted", e.step, str(e.checkpoint))))
     except BaseException as e:  # reported to the host, not lost with the process
-        conn.send((False, f"{type(e).__name__}: {e}"))
+        conn.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         conn.close()
 

@@ -68,6 +68,13 @@ def check_job(job: S1Job) -> None:
     resolve_tools(job.preset)
 
 
+def make_job(**options: Any) -> S1Job:
+    """An S1Job from the Trainer options (registry.Trainer), checked."""
+    job = S1Job(**options)
+    check_job(job)
+    return job
+
+
 def batches(samples: list, batch_size: int, pad: int) -> list[S1Batch]:
     order = sorted(range(len(samples)), key=lambda i: (samples[i].semantic_ids.numel(), i))
     return [collate([samples[i] for i in order[k:k + batch_size]], pad) for k in range(0, len(order), batch_size)]

@@ -158,4 +158,32 @@ def test_cli_train(root, capsys):
     assert main(argv[:-1] + ["0"]) == 2 and "batch_size = 0" in capsys.readouterr().err
     assert main(["train", "gpt_sovits", "--base", str(root), "--list", "x", "--name", "y"]) == 2
     assert "not a GPT-SoVITS voice folder" in capsys.readouterr().err
+    assert main(argv[:-2] + ["--preset", "lowest"]) == 2 and "trains with fast" in capsys.readouterr().err
     shutil.rmtree(root / "from_cli")
+
+
+def test_train_voice_node_runs_the_job_in_its_own_process(root, monkeypatch):
+    """The nodes: dataset -> Train Voice (a spawned job process, the device held) -> the new voice loaded
+    for Speak and the loss curve as an IMAGE."""
+    from mizuoto.nodes.pack.pipeline import LoadedModel
+    from mizuoto.nodes.pack.train_nodes import MizuotoTrainingDataset, MizuotoTrainVoice
+
+    models = root / "models"
+    (models / "gpt_sovits").mkdir(parents=True, exist_ok=True)
+    for name in ("tiny-v2", "pretrained_models"):
+        link = models / "gpt_sovits" / name
+        if not link.exists():
+            link.symlink_to(root / name)
+    monkeypatch.setenv("MIZUOTO_MODELS_DIR", str(models))
+    assert "tiny-v2" in MizuotoTrainVoice.INPUT_TYPES()["required"]["base_model"][0]
+    (dataset,) = MizuotoTrainingDataset().read(str(root / "list.txt"), "")
+    assert len(dataset.entries) == 3
+    model, curve = MizuotoTrainVoice().train("gpt_sovits", "tiny-v2", dataset, "fast", 1, 16, 3, "node_voice")
+    assert isinstance(model, LoadedModel) and (models / "gpt_sovits" / "node_voice").is_dir()   # beside the base
+    assert curve.shape == (1, 256, 512, 3) and 0 <= float(curve.min()) and float(curve.max()) <= 1
+    assert (curve[0] != 1).any(-1).sum() > 100                  # the line is drawn
+    with pytest.raises(ValueError, match="preset"):
+        MizuotoTrainVoice().train("gpt_sovits", "tiny-v2", dataset, "lowest", 1, 16, 3, "other")
+    with pytest.raises(ValueError, match="list_file"):
+        MizuotoTrainingDataset().read("", "")
+    shutil.rmtree(models / "gpt_sovits" / "node_voice")
