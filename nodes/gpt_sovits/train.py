@@ -84,9 +84,13 @@ def method_info(model: torch.nn.Module, data: list[S1Batch]) -> MethodInfo:
     """Sizes for the estimate: every parameter trained, the longest batch's phones + semantic tokens + EOS."""
     cfg = model.cfg
     tokens = max(int(b.phoneme_ids.shape[1] + b.semantic_ids.shape[1] + 1) for b in data)
+    # forward_old's attention: a float mask with dropout keeps 3 score matrices per head (SDPA's math path);
+    # its three dropouts keep masks of 1 + 4 + 1 hidden widths per token
     sizes = TransformerSizes(trainable=sum(p.numel() for p in model.parameters()), frozen=0, layers=cfg.layers,
-                             hidden=cfg.hidden_dim, vocab=cfg.vocab_size, tokens_per_sample=tokens)
-    return MethodInfo("gpt_sovits.s1", sizes, optimizer_state_bytes=8)   # ScaledAdam: delta + exp_avg_sq
+                             hidden=cfg.hidden_dim, vocab=cfg.vocab_size, tokens_per_sample=tokens, heads=cfg.heads,
+                             saved_scores=3, extra_saved_per_token=6)
+    # ScaledAdam: delta + exp_avg_sq as state; each step stacks the parameters and their grads
+    return MethodInfo("gpt_sovits.s1", sizes, optimizer_state_bytes=8, optimizer_temp_bytes=8)
 
 
 def train_voice(job: S1Job, progress: Callable[[str, int, int, float | None], None] | None = None,
