@@ -96,3 +96,20 @@ class MethodInfo:
         while largest < 1 << 16 and self.memory_mb(last, largest + 1) <= free_mb:
             largest += 1
         return fits, largest
+
+
+def check_fits(method: MethodInfo, preset: str, batch: int, free_mb: float, device: str) -> None:
+    """Refuse a job whose estimate exceeds `free_mb` before it starts, naming the presets that fit (with
+    this method's presets) or, when none does, the largest batch that fits the smallest one."""
+    need = method.memory_mb(preset, batch)
+    if need <= free_mb:
+        return
+    fits, largest = method.fitting(free_mb, batch)
+    if fits:
+        hint = f"presets that fit: {', '.join(fits)}"
+    elif largest:
+        hint = f"no preset fits batch_size {batch}; the largest batch that fits {list(PRESETS)[-1]} is {largest}"
+    else:
+        hint = "no preset fits even batch_size 1"
+    raise ValueError(f"training {method.name} with preset {preset}, batch_size {batch}: estimated {need:.0f} MB, "
+                     f"{device} has {free_mb:.0f} MB free; {hint}")

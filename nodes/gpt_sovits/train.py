@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ...training.datasets import read_list
-from ...training.estimate import MethodInfo, TransformerSizes
+from ...training.estimate import MethodInfo, TransformerSizes, check_fits
 from ...training.job import TrainLoop
 from ...training.memory import resolve_tools
 from ..formats.checkpoint import load_pickle
@@ -111,6 +111,8 @@ def train_voice(job: S1Job, progress: Callable[[str, int, int, float | None], No
     info = method_info(model, data)
     estimate = info.memory_mb(job.preset, job.batch_size)
     device = torch.device(job.device)
+    if device.type == "cuda":
+        check_fits(info, job.preset, job.batch_size, torch.cuda.mem_get_info(device)[0] / (1 << 20), str(device))
     model = model.to(device).train()
     model.requires_grad_(True)
     optimizer = make_optimizer(model)
