@@ -23,8 +23,7 @@ from ...training.datasets import ListEntry, read_list
 from ...training.job import held, run_in_process
 from ...training.memory import PRESETS
 from ...training.plot import loss_curve
-from ..formats import folders
-from .loader_node import load, local_models
+from .loader_node import load, model_choices, model_folder
 from .pack_runtime import get_runtime
 from .registry import discover
 from .speak import progress_bar
@@ -95,11 +94,12 @@ class MizuotoTrainVoice:
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         specs = trainable()
-        bases = [n for s in specs.values() for n in local_models(s)]
+        bases = [n for s in specs.values() for n in model_choices(s)]
         presets = [p for p in PRESETS if any(p in s.trainer.presets for s in specs.values())]
         return {"required": {
             "engine": (list(specs), {"default": next(iter(specs), "")}),
-            "base_model": (bases, {"tooltip": "a voice folder in models/TTS/<engine>/ to start from"}),
+            "base_model": (bases, {"tooltip": "a voice folder in models/TTS/<engine>/ to start from, or a "
+                                              "known pretrained model (downloaded first)"}),
             "dataset": ("MIZUOTO_DATASET",),
             "preset": (presets, {"default": "fast", "tooltip": "fast: upstream's recipe exactly; balanced: "
                                  "bf16 autocast; low: also gradient checkpointing"}),
@@ -121,7 +121,9 @@ class MizuotoTrainVoice:
         spec = specs[engine]
         if preset not in spec.trainer.presets:
             raise ValueError(f"preset: {engine} trains with {list(spec.trainer.presets)}, got {preset!r}")
-        base = folders.resolve(spec.engine_id, base_model)
+        if base_model not in model_choices(spec):
+            raise ValueError(f"base_model: expected one of {model_choices(spec)}, got {base_model!r}")
+        base = model_folder(spec, base_model, progress_bar(unique_id))     # downloads a known model first
         runtime = get_runtime()
         device = runtime.device
         job = spec.trainer.make_job(base=base, list_file=dataset.list_file, save_name=save_name,
