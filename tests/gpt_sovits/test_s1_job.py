@@ -162,9 +162,10 @@ def test_cli_train(root, capsys):
     shutil.rmtree(root / "from_cli")
 
 
-def test_train_voice_node_runs_the_job_in_its_own_process(root, monkeypatch):
-    """The nodes: dataset -> Train Voice (a spawned job process, the device held) -> the new voice loaded
-    for Speak and the loss curve as an IMAGE."""
+def node_voice(root: Path, monkeypatch, spawn: bool):
+    """Dataset -> Train Voice through the nodes; the job process spawned, or (the default suite) its entry
+    called in this process with the same arguments (tests/training/test_job.py covers the spawn itself)."""
+    from mizuoto.nodes.pack import train_nodes
     from mizuoto.nodes.pack.pipeline import LoadedModel
     from mizuoto.nodes.pack.train_nodes import MizuotoTrainingDataset, MizuotoTrainVoice
 
@@ -175,6 +176,12 @@ def test_train_voice_node_runs_the_job_in_its_own_process(root, monkeypatch):
         if not link.exists():
             link.symlink_to(root / name)
     monkeypatch.setenv("MIZUOTO_MODELS_DIR", str(models))
+    calls = []
+    if not spawn:
+        def in_process(target, kwargs, env, timeout=None, progress=None, interrupted=None):
+            calls.append((target.__module__, target.__name__, sorted(env)))
+            return target(**kwargs, progress=progress, interrupted=interrupted)
+        monkeypatch.setattr(train_nodes, "run_in_process", in_process)
     assert "tiny-v2" in MizuotoTrainVoice.INPUT_TYPES()["required"]["base_model"][0]
     (dataset,) = MizuotoTrainingDataset().read(str(root / "list.txt"), "")
     assert len(dataset.entries) == 3
@@ -182,8 +189,20 @@ def test_train_voice_node_runs_the_job_in_its_own_process(root, monkeypatch):
     assert isinstance(model, LoadedModel) and (models / "gpt_sovits" / "node_voice").is_dir()   # beside the base
     assert curve.shape == (1, 256, 512, 3) and 0 <= float(curve.min()) and float(curve.max()) <= 1
     assert (curve[0] != 1).any(-1).sum() > 100                  # the line is drawn
+    assert spawn or calls == [("mizuoto.nodes.gpt_sovits", "run_train_job", calls[0][2])]
     with pytest.raises(ValueError, match="preset"):
         MizuotoTrainVoice().train("gpt_sovits", "tiny-v2", dataset, "lowest", 1, 16, 3, "other")
+    with pytest.raises(ValueError, match="base_model"):
+        MizuotoTrainVoice().train("gpt_sovits", "../tiny-v2", dataset, "fast", 1, 16, 3, "other")
     with pytest.raises(ValueError, match="list_file"):
         MizuotoTrainingDataset().read("", "")
     shutil.rmtree(models / "gpt_sovits" / "node_voice")
+
+
+def test_train_voice_node(root, monkeypatch):
+    node_voice(root, monkeypatch, spawn=False)
+
+
+@pytest.mark.slow
+def test_train_voice_node_runs_the_job_in_its_own_process(root, monkeypatch):
+    node_voice(root, monkeypatch, spawn=True)
