@@ -63,6 +63,62 @@ class MizuotoTrainingDataset:
         return (TrainingDataset(Path(list_file.strip()), audio_dir, tuple(entries)),)
 
 
+class MizuotoTrainingClips:
+    """Clips built in the graph: each item of an AUDIO batch with its transcript (one line per item), in one
+    language; chained through `dataset`, the clips of earlier nodes come first. Written as FLAC with a list
+    file in GPT-SoVITS's format into a fresh folder (ComfyUI's temp folder, else the system's)."""
+
+    CATEGORY = CATEGORY
+    RETURN_TYPES = ("MIZUOTO_DATASET",)
+    RETURN_NAMES = ("dataset",)
+    FUNCTION = "add"
+    DESCRIPTION = "Training clips from AUDIO and transcripts in the graph (one transcript line per clip)."
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"audio": ("AUDIO",),
+                             "transcripts": ("STRING", {"multiline": True, "default": "",
+                                                        "tooltip": "one line per clip of the audio batch"}),
+                             "language": (["zh", "en", "ja", "ko", "yue"], {"default": "en"})},
+                "optional": {"dataset": ("MIZUOTO_DATASET",)}}
+
+    def add(self, audio: Any, transcripts: str, language: str,
+            dataset: TrainingDataset | None = None) -> tuple[TrainingDataset]:
+        import tempfile
+
+        from ..formats.audio_file import write_flac
+        from .audio import check_level, check_rate, to_channels
+
+        if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
+            raise ValueError("audio: expected ComfyUI AUDIO {'waveform': [B, C, T], 'sample_rate': int}")
+        rate = check_rate(audio["sample_rate"], "audio.sample_rate")
+        wave = audio["waveform"]
+        if wave.dim() != 3:
+            raise ValueError(f"audio.waveform: expected [B, C, T], got shape {tuple(wave.shape)}")
+        lines = [t.strip() for t in (transcripts or "").split("\n") if t.strip()]
+        if len(lines) != wave.shape[0]:
+            raise ValueError(f"transcripts: {len(lines)} lines for {wave.shape[0]} clips in the audio batch; "
+                             "give one line per clip")
+        if dataset is not None and not isinstance(dataset, TrainingDataset):
+            raise ValueError("dataset: connect a Training Dataset or Training Clips (Mizuoto) node")
+        mm_paths = sys.modules.get("folder_paths")
+        parent = Path(mm_paths.get_temp_directory()) if mm_paths is not None else Path(tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="mizuoto-clips-", dir=parent))
+        rows = [f"{e.audio.resolve()}|{e.speaker}|{e.language}|{e.text}" for e in (dataset.entries if dataset else ())]
+        start = len(rows)
+        for i, text in enumerate(lines):
+            if "|" in text:
+                raise ValueError(f"transcripts line {i + 1}: '|' separates the list file's fields; remove it")
+            channels = check_level(to_channels(wave[i], f"audio[{i}]"), f"audio[{i}]")
+            path = folder / f"clip{start + i:05d}.flac"
+            write_flac(path, channels, rate)
+            rows.append(f"{path}|graph|{language}|{text}")
+        list_file = folder / "list.txt"
+        list_file.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        return (TrainingDataset(list_file, None, tuple(read_list(list_file))),)
+
+
 def trainable() -> dict[str, Any]:
     """The engines that declare a Trainer (registry.Trainer), by id."""
     return {s.engine_id: s for s in discover() if s.trainer is not None}

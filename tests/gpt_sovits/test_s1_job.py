@@ -206,3 +206,24 @@ def test_train_voice_node(root, monkeypatch):
 @pytest.mark.slow
 def test_train_voice_node_runs_the_job_in_its_own_process(root, monkeypatch):
     node_voice(root, monkeypatch, spawn=True)
+
+
+def test_training_clips_built_in_the_graph(root, tmp_path, monkeypatch):
+    """AUDIO + transcripts -> a dataset (chained after a list file's), prepared like any other."""
+    from mizuoto.nodes.pack.train_nodes import MizuotoTrainingClips, MizuotoTrainingDataset
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    (first,) = MizuotoTrainingDataset().read(str(root / "list.txt"), "")
+    wave = torch.stack([tone(2.5, 210)[None], tone(2.5, 230)[None]])             # [2, 1, T]
+    (both,) = MizuotoTrainingClips().add({"waveform": wave, "sample_rate": 32000},
+                                         "One more sentence to learn.\nAnd yet another one here.", "en", first)
+    assert [e.text for e in both.entries] == TEXTS + ["One more sentence to learn.", "And yet another one here."]
+    assert both.list_file.parent.parent == tmp_path and both.entries[0].audio == (root / "clips" / "c0.flac").resolve()
+    samples = s1_data.S1Preparer(load_gpt_sovits(root / "tiny-v2")).prepare(list(both.entries))
+    assert len(samples) == 5
+    with pytest.raises(ValueError, match="1 lines for 2 clips"):
+        MizuotoTrainingClips().add({"waveform": wave, "sample_rate": 32000}, "Only one.", "en")
+    with pytest.raises(ValueError, match="silent"):
+        MizuotoTrainingClips().add({"waveform": torch.zeros(1, 1, 32000), "sample_rate": 32000}, "Quiet.", "en")
+    with pytest.raises(ValueError, match="'\\|'"):
+        MizuotoTrainingClips().add({"waveform": wave[:1], "sample_rate": 32000}, "a|b", "en")
