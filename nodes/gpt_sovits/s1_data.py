@@ -110,8 +110,8 @@ class S1Preparer:
         text = entry.text.replace("%", "-").replace("￥", ",")
         try:
             if entry.language == "en":
-                phones, _norm = english.clean_text(text, self.lexicon())
-                word2ph, norm = None, _norm
+                phones, norm = english.clean_text(text, self.lexicon())
+                word2ph = None
             else:
                 g2pw, polyphonic = self.g2pw()
                 phones, word2ph, norm = chinese.clean_text(text, g2pw, polyphonic)

@@ -170,20 +170,6 @@ def s1_loss(model: Text2Semantic, batch: S1Batch, embedding_dropout: float = 0.0
     return F.cross_entropy(logits, targets, reduction="sum")
 
 
-def top3_accuracy(model: Text2Semantic, batch: S1Batch) -> float:
-    """Upstream's logged top-3 accuracy over the targets other than EOS, here without dropout."""
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits, targets = s1_logits(model, batch)
-    finally:
-        model.train(was)
-    keep = targets != model.cfg.eos
-    hit = (logits.topk(3, dim=1).indices == targets.unsqueeze(1)).any(1)
-    return float(hit[keep].float().mean()) if keep.any() else 0.0
-
-
 def make_optimizer(model: Text2Semantic) -> ScaledAdam:
     """t2s_lightning_module.configure_optimizers: ScaledAdam over every parameter, in registration order."""
     return ScaledAdam(model.parameters(), lr=FIRST_LR, betas=(0.9, 0.95), clipping_scale=2.0,
@@ -195,8 +181,10 @@ class S1Recipe:
     `ACCUMULATE` batches of an epoch (not at its batch 0)."""
 
     def __init__(self, model: Text2Semantic, optimizer: torch.optim.Optimizer, embedding_dropout: float = 0.0,
-                 tools: Tools | None = None) -> None:
+                 tools: Tools | None = None, job: str = "") -> None:
+        """`job` names the run's options; a saved state from other options is refused on resume."""
         self.model, self.optimizer, self.embedding_dropout = model, optimizer, embedding_dropout
+        self.job = job
         self.tools = tools or Tools()
         if self.tools.host_optimizer:
             raise ValueError("GPT-SoVITS GPT training: the host-side optimizer (preset lowest) runs AdamW, not "
@@ -219,7 +207,10 @@ class S1Recipe:
         return float(loss.detach())
 
     def state_dict(self) -> dict[str, Any]:
-        return {"updates": self.updates}
+        return {"updates": self.updates, "job": self.job}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("job", "") != self.job:
+            raise ValueError(f"the saved training state was made with other options ({state.get('job')!r}, now "
+                             f"{self.job!r})")
         self.updates = int(state["updates"])

@@ -118,12 +118,18 @@ def train_voice(job: S1Job, progress: Callable[[str, int, int, float | None], No
     model = model.to(device).train()
     model.requires_grad_(True)
     optimizer = make_optimizer(model)
-    recipe = S1Recipe(model, optimizer, float(base_config.get("model", {}).get("dropout", 0) or 0), tools)
+    options = (f"base={base.resolve()} list={Path(job.list_file).resolve()} clips={len(entries)} epochs={job.epochs} "
+               f"batch_size={job.batch_size} seed={job.seed} preset={job.preset}")
+    recipe = S1Recipe(model, optimizer, float(base_config.get("model", {}).get("dropout", 0) or 0), tools, options)
     checkpoint = Path(job.checkpoint) if job.checkpoint else base.parent / f".{job.save_name}.train-state.pt"
     loop = TrainLoop(model, optimizer, data, None, tools, seed=job.seed,
                      checkpoint=checkpoint, step=recipe.batch, extra=recipe)
     if checkpoint.is_file():
-        loop.resume()
+        try:
+            loop.resume()
+        except ValueError as e:
+            raise ValueError(f"save_name {job.save_name!r}: {e}; run it with those options to resume, or delete "
+                             f"{checkpoint} to start over") from None
     steps = job.epochs * len(data)
     start, first = time.perf_counter(), loop.step
     loop.run(steps, progress=(lambda s, n, loss: progress("train", s, n, loss)) if progress else None,

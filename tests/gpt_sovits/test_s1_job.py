@@ -136,6 +136,8 @@ def test_interrupt_and_resume_reach_the_same_weights(root):
     with pytest.raises(Interrupted) as e:
         train_voice(S1Job(save_name="resumed", **job), interrupted=stop)
     assert e.value.step == 6 and e.value.checkpoint.is_file() and not (root / "resumed").exists()
+    with pytest.raises(ValueError, match="other options.*epochs=1.*epochs=2.*delete"):
+        train_voice(S1Job(save_name="resumed", **{**job, "epochs": 2}))    # the state is kept for the right options
     resumed = train_voice(S1Job(save_name="resumed", **job))
     assert resumed.losses == straight.losses
     a = torch.load(pair(straight.voice)[0], weights_only=True)["weight"]
