@@ -20,6 +20,8 @@ import pytest
 
 from mizuoto.nodes.pack.registry import discover
 
+from conformance import NO_CONFIG
+
 TESTS = Path(__file__).resolve().parent
 WORKER = TESTS / "hostile_config_worker.py"
 ENGINES = sorted(spec.engine_id for spec in discover() if not spec.embedded)   # Hibari: no files, no config
@@ -60,10 +62,6 @@ def judge(records: list[dict]) -> list[str]:
     return bad
 
 
-# Engines whose published folder holds no config file at all: their sizes come from the checkpoints'
-# tensor shapes, which tests/test_hostile_checkpoints.py spoils instead. Their tiny folder must hold no
-# config numbers either (a config added later is then tested like every other engine's).
-NO_CONFIG = {"chatterbox": "ResembleAI/chatterbox: upstream hard-codes the sizes; the loader reads them from the shapes"}
 
 
 def check_engine(engine: str, batch: tuple[list[dict], str, str]) -> None:
