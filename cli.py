@@ -192,6 +192,55 @@ def _options(pairs: list[str]) -> dict:
     return out
 
 
+def train(args: argparse.Namespace) -> int:
+    """Fine-tune a voice from a list file (GPT-SoVITS: the GPT stage) into a new voice folder beside the base
+    voice, with a terminal progress bar; the job's report (steps, updates, s/step, estimate) at the end."""
+    from pathlib import Path
+
+    from .training.job import Interrupted
+
+    from .nodes.pack.registry import engine
+
+    try:
+        spec = engine(args.engine)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if spec.trainer is None:
+        raise UsageError(f"engine {args.engine!r}: not trainable here")
+    base = Path(args.base)
+    if not base.is_dir() or not spec.is_model_folder(base):
+        lacks = spec.missing_files(base) if base.is_dir() and spec.missing_files else ["the folder"]
+        raise UsageError(f"--base {base}: not a {spec.display_name} voice folder (missing {', '.join(lacks)})")
+    try:
+        job = spec.trainer.make_job(base=base, list_file=Path(args.list), save_name=args.name,
+                                    audio_dir=Path(args.audio_dir) if args.audio_dir else None, epochs=args.epochs,
+                                    batch_size=args.batch_size, seed=args.seed, preset=args.preset, device=args.device)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.preset not in spec.trainer.presets:
+        raise UsageError(f"--preset {args.preset}: {args.engine} trains with {', '.join(spec.trainer.presets)}")
+
+    def progress(stage: str, done: int, total: int, loss: float | None) -> None:
+        width = 30
+        bar = "#" * (width * done // max(total, 1))
+        tail = f" loss {loss:.2f}" if loss is not None else ""
+        print(f"\r{stage:8s} [{bar:<{width}}] {done}/{total}{tail}", end="" if done < total else "\n",
+              file=sys.stderr, flush=True)
+
+    try:
+        result = spec.trainer.run(job, progress=progress)
+    except Interrupted as e:
+        print(f"\n{e}; run the same command again to resume", file=sys.stderr)
+        return 130
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(f"voice: {result.voice}")
+    print(f"steps: {result.steps} ({result.updates} optimizer updates), {result.seconds_per_step:.3f} s/step, "
+          f"loss {result.losses[0]:.2f} -> {result.losses[-1]:.2f}, estimate {result.estimate_mb:.1f} MB "
+          f"({args.preset}{': ' + ', '.join(result.numerics) if result.numerics else ''})")
+    return 0
+
+
 class UsageError(Exception):
     """A bad argument: printed as `<command>: <message>`, exit status 2."""
 
@@ -508,6 +557,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="cpu: a strict simulated GPU sized from the model (default); cuda:N: that GPU, each run "
                         "bounded by compute.vram_limit_mb")
     p.set_defaults(func=verify)
+    p = sub.add_parser("train", help="fine-tune a voice from a folder of clips and a list file "
+                                     "(path|speaker|language|text) into a new voice folder")
+    p.add_argument("engine", help="the engine (gpt_sovits)")
+    p.add_argument("--base", required=True, help="the base voice folder (models/TTS/gpt_sovits/<voice>)")
+    p.add_argument("--list", required=True, help="the list file: path|speaker|language|text per clip")
+    p.add_argument("--audio-dir", help="the clips' folder (each path's base name inside it, as upstream)")
+    p.add_argument("--name", required=True, help="the new voice's name (a folder beside the base voice)")
+    p.add_argument("--epochs", type=int, default=15, help="GPT epochs (default 15, upstream's webui)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--preset", default="fast", help="memory preset: fast (upstream's recipe), balanced, low")
+    p.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    p.set_defaults(func=train)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

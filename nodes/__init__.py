@@ -27,6 +27,7 @@ def comfy_entry() -> dict[str, Any]:
     from .pack.loader_node import loader_node
     from .pack.registry import discover
     from .pack.speak import MizuotoRuntimeSettings, MizuotoSpeak
+    from .pack.train_nodes import MizuotoTrainingClips, MizuotoTrainingDataset, MizuotoTrainVoice
     from .pack.voice import MizuotoVoice
     from .script.nodes import MizuotoScript, MizuotoSrt
 
@@ -41,6 +42,9 @@ def comfy_entry() -> dict[str, Any]:
             "MizuotoVoice": MizuotoVoice,
             "MizuotoScript": MizuotoScript,
             "MizuotoSrt": MizuotoSrt,
+            "MizuotoTrainingDataset": MizuotoTrainingDataset,
+            "MizuotoTrainingClips": MizuotoTrainingClips,
+            "MizuotoTrainVoice": MizuotoTrainVoice,
         },
         "NODE_DISPLAY_NAME_MAPPINGS": {spec.loader_node: spec.loader_title for spec in engines} | {
             "MizuotoSpeak": "Speak (Mizuoto)",
@@ -48,6 +52,9 @@ def comfy_entry() -> dict[str, Any]:
             "MizuotoVoice": "Voice (Mizuoto)",
             "MizuotoScript": "Script (Mizuoto)",
             "MizuotoSrt": "Speak Subtitles (SRT) (Mizuoto)",
+            "MizuotoTrainingDataset": "Training Dataset (Mizuoto)",
+            "MizuotoTrainingClips": "Training Clips (Mizuoto)",
+            "MizuotoTrainVoice": "Train Voice (Mizuoto)",
         },
     }
 

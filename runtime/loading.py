@@ -327,7 +327,7 @@ def checkpoint_path(folder: str | os.PathLike, stem: str = "model") -> Path:
 
 def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
                 dtype: torch.dtype | None = None, config: SizeSource | None = None,
-                rename: Callable[[str], str] | None = None) -> nn.Module:
+                rename: Callable[[str], str] | None = None, unused: tuple[str, ...] = ()) -> nn.Module:
     """Build `factory()` without allocating its parameters, then load the safetensors file at `path`
     (or the shards a `*.safetensors.index.json` names).
 
@@ -340,10 +340,13 @@ def load_module(factory: Callable[[], nn.Module], path: str | os.PathLike,
     `config` that disagrees with the file, when one does). The check uses the file's header only and
     runs before any tensor is read. `rename(file key) -> module key` maps a checkpoint whose names
     differ from the module's by a fixed rule (a prefix the module does not have); errors name keys as
-    the module does.
+    the module does. `unused`: prefixes of file keys the model deliberately never reads (a part of the
+    published file another use of it needs); they are neither matched nor read.
     """
     path = Path(path)
     located = _headers(path)
+    if unused:
+        located = {key: entry for key, entry in located.items() if not key.startswith(unused)}
     if rename is not None:
         renamed: dict[str, tuple[TensorInfo, Path]] = {}
         for key, entry in located.items():

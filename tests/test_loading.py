@@ -202,6 +202,21 @@ def test_unexpected_keys(tmp_path):
         load_module(Net, path, torch.bfloat16)
 
 
+def test_unused_prefixes_are_not_read(tmp_path, monkeypatch):
+    path = _checkpoint(tmp_path, torch.float32, extra={"encoder.proj.weight": torch.zeros(2, 2),
+                                                       "encoder.norm.bias": torch.zeros(3)})
+    read = []
+    real = loading._read_into
+    monkeypatch.setattr(loading, "_read_into", lambda f, info, slot, dtype, p, key: read.append(key) or
+                        real(f, info, slot, dtype, p, key))
+    m = load_module(Net, path, torch.float32, unused=("encoder.",))
+    assert read and not any(k.startswith("encoder.") for k in read)
+    ref = _tensors(_reference(path, None))
+    assert all(torch.equal(v, ref[k]) for k, v in _tensors(m).items())
+    with pytest.raises(CheckpointError, match=r"unexpected keys \(2\)"):
+        load_module(Net, path, torch.float32, unused=("decoder.",))
+
+
 def test_shape_mismatch(tmp_path):
     path = _checkpoint(tmp_path, torch.bfloat16, drop=("scale",), extra={"scale": torch.zeros(5)})
     with pytest.raises(CheckpointError, match=r"shape mismatch \(1\) scale: checkpoint \[5\], module \[24\]"):

@@ -10,7 +10,15 @@
                  MLP hidden 4, second residual 1 = 12 x hidden (scaled-dot-product attention keeps no
                  tokens x tokens matrix); with gradient checkpointing only each block's input (1 x hidden)
                  plus one block recomputed; plus the logits and their log-softmax (2 x vocab per token)
-    total        the sum, plus a tenth (allocator rounding, temporaries)
+    attention    a method whose attention keeps its score matrices (a float mask with dropout: SDPA's math
+                 path keeps the probabilities, the dropout mask and their product) adds `saved_scores` x
+                 heads x tokens^2 per sample and layer, and `extra_saved_per_token` x hidden for dropout
+                 masks; with checkpointing, for the one block recomputed (scores counted in float32: SDPA's math
+                 path on the CPU computes them so under autocast)
+    optimizer    a step's transient bytes per trainable parameter (`optimizer_temp_bytes`; ScaledAdam stacks
+                 the parameters and their grads: 8) count against the activations, which are gone by then
+    total        weights + grads + state + max(activations, optimizer temporaries), plus a tenth (allocator
+                 rounding, temporaries)
 
 `MethodInfo.memory_mb(preset, batch)` answers it per preset; `fitting(free_mb, batch)` names the presets
 that fit and, when none does, the largest batch that fits the smallest preset.
@@ -37,6 +45,9 @@ class TransformerSizes:
     hidden: int
     vocab: int
     tokens_per_sample: int    # sequence length of one sample in the recipe's batches
+    heads: int = 0                  # attention heads (with saved_scores)
+    saved_scores: int = 0           # tokens x tokens matrices per head a layer keeps for backward
+    extra_saved_per_token: int = 0  # further hidden-sized tensors per token a layer keeps (dropout masks)
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ class MethodInfo:
     sizes: TransformerSizes
     hyper: Mapping[str, Any] = field(default_factory=dict)
     optimizer_state_bytes: int = 8   # per trainable parameter (AdamW: two float32 moments)
+    optimizer_temp_bytes: int = 0    # per trainable parameter, transient in the optimizer step
 
     def tools(self, preset: str) -> Tools:
         return resolve_tools(preset, self.hyper)
@@ -63,13 +75,15 @@ class MethodInfo:
         optimizer = 0 if t.host_optimizer else s.trainable * self.optimizer_state_bytes
         act = 2 if half else 4
         tokens = batch * s.tokens_per_sample
-        per_block = BLOCK_SAVED_PER_TOKEN * s.hidden * tokens * act
+        per_block = ((BLOCK_SAVED_PER_TOKEN + s.extra_saved_per_token) * s.hidden * tokens * act
+                     + s.saved_scores * s.heads * batch * s.tokens_per_sample ** 2 * 4)   # scores: float32 (math path)
         if t.gradient_checkpointing:
             blocks = s.layers * s.hidden * tokens * act + per_block
         else:
             blocks = s.layers * per_block
         logits = 2 * s.vocab * tokens * 4   # cross-entropy runs in float32 under autocast
-        return int(1.1 * (weights + autocast + grads + optimizer + blocks + logits))
+        transient = max(blocks + logits, s.trainable * self.optimizer_temp_bytes)
+        return int(1.1 * (weights + autocast + grads + optimizer + transient))
 
     def memory_mb(self, preset: str, batch: int) -> float:
         return self.memory_bytes(preset, batch) / MB
@@ -82,3 +96,20 @@ class MethodInfo:
         while largest < 1 << 16 and self.memory_mb(last, largest + 1) <= free_mb:
             largest += 1
         return fits, largest
+
+
+def check_fits(method: MethodInfo, preset: str, batch: int, free_mb: float, device: str) -> None:
+    """Refuse a job whose estimate exceeds `free_mb` before it starts, naming the presets that fit (with
+    this method's presets) or, when none does, the largest batch that fits the smallest one."""
+    need = method.memory_mb(preset, batch)
+    if need <= free_mb:
+        return
+    fits, largest = method.fitting(free_mb, batch)
+    if fits:
+        hint = f"presets that fit: {', '.join(fits)}"
+    elif largest:
+        hint = f"no preset fits batch_size {batch}; the largest batch that fits {list(PRESETS)[-1]} is {largest}"
+    else:
+        hint = "no preset fits even batch_size 1"
+    raise ValueError(f"training {method.name} with preset {preset}, batch_size {batch}: estimated {need:.0f} MB, "
+                     f"{device} has {free_mb:.0f} MB free; {hint}")

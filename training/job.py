@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -50,11 +51,17 @@ def save_atomic(state: Mapping[str, Any], path: Path) -> None:
 
 class TrainLoop:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | HostAdamW, data: Sequence[Any],
-                 loss_fn: Callable[[nn.Module, Any], Tensor], tools: Tools, *, seed: int,
-                 checkpoint: Path, save_every: int = 0) -> None:
+                 loss_fn: Callable[[nn.Module, Any], Tensor] | None, tools: Tools, *, seed: int,
+                 checkpoint: Path, save_every: int = 0,
+                 step: Callable[[Any, int], float] | None = None, extra: Any = None) -> None:
+        """`step(batch, index_in_epoch) -> loss`, when given, replaces `train_step` (a method with its own
+        update rule, e.g. gradient accumulation); `extra` (with state_dict / load_state_dict) is saved too."""
         if not data:
             raise ValueError("training data is empty")
+        if loss_fn is None and step is None:
+            raise ValueError("TrainLoop: give a loss_fn or a step")
         self.model, self.optimizer, self.data, self.loss_fn, self.tools = model, optimizer, data, loss_fn, tools
+        self.custom_step, self.extra = step, extra
         self.checkpoint, self.save_every = Path(checkpoint), save_every
         self.step = 0
         self.losses: list[float] = []
@@ -71,6 +78,9 @@ class TrainLoop:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
                 "losses": list(self.losses), "order": self.order.get_state(), "epoch": list(self._epoch),
                 "rng_cpu": torch.get_rng_state(),
+                # gradients accumulated but not yet applied (a method stepping every few batches)
+                "grads": {n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None},
+                "extra": self.extra.state_dict() if self.extra is not None else {},
                 "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
     def save(self) -> Path:
@@ -85,6 +95,13 @@ class TrainLoop:
         self.step, self.losses = int(state["step"]), list(state["losses"])
         self.order.set_state(state["order"])
         self._epoch = list(state["epoch"])
+        params = dict(self.model.named_parameters())
+        for p in params.values():
+            p.grad = None
+        for n, g in state["grads"].items():
+            params[n].grad = g.to(params[n].device)
+        if self.extra is not None:
+            self.extra.load_state_dict(state["extra"])
         torch.set_rng_state(state["rng_cpu"])
         if state["rng_cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
@@ -98,7 +115,10 @@ class TrainLoop:
             if interrupted():
                 raise Interrupted(self.step, self.save())
             batch = self.data[self._next_index()]
-            loss = train_step(self.model, self.loss_fn, batch, self.optimizer, self.tools)
+            if self.custom_step is not None:
+                loss = self.custom_step(batch, len(self.data) - len(self._epoch) - 1)
+            else:
+                loss = train_step(self.model, self.loss_fn, batch, self.optimizer, self.tools)
             self.step += 1
             self.losses.append(loss)
             if progress is not None:
@@ -109,12 +129,18 @@ class TrainLoop:
 
 
 def run_in_process(target: Callable[..., Any], kwargs: Mapping[str, Any], env: Mapping[str, str],
-                   timeout: float | None = None) -> Any:
+                   timeout: float | None = None, progress: Callable[..., None] | None = None,
+                   interrupted: Callable[[], bool] | None = None) -> Any:
     """Run `target(**kwargs)` (a module-level function) in a spawned process started with `env` added
-    to the environment; returns its result, or raises its error with the child's message."""
+    to the environment; returns its result, or raises its error with the child's message.
+
+    With `progress`, the child's target gets a `progress` callable whose calls arrive here (in order);
+    with `interrupted` (polled here), it gets an `interrupted` callable that turns True once that does."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_child, args=(child, target, dict(kwargs)), daemon=True)
+    stop = ctx.Event()
+    process = ctx.Process(target=_child, args=(child, target, dict(kwargs), progress is not None,
+                                               stop if interrupted is not None else None), daemon=True)
     with _ENV_LOCK:  # the child inherits the environment at start(); ours is restored at once
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -127,10 +153,24 @@ def run_in_process(target: Callable[..., Any], kwargs: Mapping[str, Any], env: M
                 else:
                     os.environ[k] = v
     child.close()
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        if not parent.poll(timeout):
-            raise TimeoutError(f"training process gave no result within {timeout} s")
-        ok, value = parent.recv()
+        while True:
+            if interrupted is not None and not stop.is_set() and interrupted():
+                stop.set()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"training process gave no result within {timeout} s")
+            if not parent.poll(0.2 if left is None else min(0.2, left)):
+                if not process.is_alive() and not parent.poll(0):
+                    raise EOFError
+                continue
+            kind, value = parent.recv()
+            if kind == "progress":
+                progress(*value)
+                continue
+            ok = kind == "ok"
+            break
     except EOFError:
         process.join(5)
         raise RuntimeError(f"training process died (exit code {process.exitcode})") from None
@@ -139,15 +179,23 @@ def run_in_process(target: Callable[..., Any], kwargs: Mapping[str, Any], env: M
         if process.is_alive():
             process.kill()
     if not ok:
+        if isinstance(value, tuple) and value[0] == "Interrupted":
+            raise Interrupted(value[1], Path(value[2]))
         raise RuntimeError(f"training process failed: {value}")
     return value
 
 
-def _child(conn: Any, target: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+def _child(conn: Any, target: Callable[..., Any], kwargs: dict[str, Any], report: bool, stop: Any) -> None:
     try:
-        conn.send((True, target(**kwargs)))
+        if report:
+            kwargs["progress"] = lambda *args: conn.send(("progress", args))
+        if stop is not None:
+            kwargs["interrupted"] = stop.is_set
+        conn.send(("ok", target(**kwargs)))
+    except Interrupted as e:
+        conn.send(("error", ("Interrupted", e.step, str(e.checkpoint))))
     except BaseException as e:  # reported to the host, not lost with the process
-        conn.send((False, f"{type(e).__name__}: {e}"))
+        conn.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         conn.close()
 

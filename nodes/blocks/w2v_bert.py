@@ -100,6 +100,14 @@ class W2VBertConfig:
     left_max_position_embeddings: int = 64
     right_max_position_embeddings: int = 8
     layer_norm_eps: float = 1e-5
+    add_adapter: bool = False          # transformers' defaults; read only for the random numbers it draws
+    num_adapter_layers: int = 1
+
+    @property
+    def layerdrop_draws(self) -> int:
+        """The `torch.rand([])` LayerDrop numbers transformers' Wav2Vec2BertModel draws per forward, in eval
+        mode too: one per encoder layer of the whole model and one per adapter layer."""
+        return self.num_hidden_layers + (self.num_adapter_layers if self.add_adapter else 0)
 
     @classmethod
     def from_dict(cls, h: dict[str, Any]) -> "W2VBertConfig":

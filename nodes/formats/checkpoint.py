@@ -329,7 +329,7 @@ NUMBER_RULES: tuple[tuple[re.Pattern, Bound | None], ...] = tuple((re.compile(p)
      r"downsample_rates?|downsample_factor|upsample_factor|decode_upsample_rate|encode_downsample_rate)(_|$)",
      Bound(1, MAX_SAMPLES, "a length in samples or frames")),
     (r"bandwidths?$", Bound(0, 10_000, "a bit rate in kbps", integer=False, low_open=True)),
-    (r"^channel_ratios$", Bound(0, MAX_COUNT, "a width ratio", integer=False, low_open=True)),
+    (r"^channel_ratios$|ffn_ratio$|mlp_ratio$", Bound(0, MAX_COUNT, "a width ratio", integer=False, low_open=True)),
     (r"long_factor|short_factor|(^|_)factor$", Bound(0, 1e6, "a scale factor", integer=False, low_open=True)),
     (r"lookahead", Bound(1, MAX_COUNT, "a look-ahead in frames")),
     (r"(^|_)(rates|ratios|strides?|kernel|kernel_sizes?|dilations?|dilation_sizes|dilation_rate|"

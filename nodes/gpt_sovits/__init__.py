@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..pack.registry import Download, EngineSpec, LoadRequest
+from ..pack.registry import Download, EngineSpec, LoadRequest, Trainer
 
 
 def build_engine(request: LoadRequest, manager):
@@ -18,6 +18,17 @@ def build_engine(request: LoadRequest, manager):
 def missing_files(folder: Path) -> list[str]:
     from .loader import missing_files as check
     return check(folder)
+
+
+def make_train_job(**options):
+    from .train import make_job
+    return make_job(**options)
+
+
+def run_train_job(job, progress=None, interrupted=None):
+    """The training process's entry (module level: the spawned process imports it by name)."""
+    from .train import train_voice
+    return train_voice(job, progress=progress, interrupted=interrupted or (lambda: False))
 
 
 SHARED = ("chinese-hubert-base/*", "chinese-roberta-wwm-ext-large/*")
@@ -43,4 +54,5 @@ ENGINE = EngineSpec(
                 "(Chinese), sv/ (v2Pro), optionally G2PWModel/ (Chinese polyphones, as upstream) and text/ (files "
                 "of GPT_SoVITS/text/: cmudict.rep, cmudict-fast.rep, engdict-hot.rep for English; g2pw/polyphonic"
                 ".rep and polyphonic-fix.rep with G2PW). Code: MIT.",
-    license="GPT-SoVITS pretrained weights MIT (lj1995/GPT-SoVITS); fine-tuned voices: their authors' terms")
+    license="GPT-SoVITS pretrained weights MIT (lj1995/GPT-SoVITS); fine-tuned voices: their authors' terms",
+    trainer=Trainer(make_job=make_train_job, run=run_train_job, presets=("fast", "balanced", "low")))

@@ -13,7 +13,7 @@ Phases:
   one pass over [cond][text][codes] for the latents.
 - "s2mel" (the DiT marked hot: 2 x 25 estimator calls): codec embedding of the codes + projected
   latents -> length regulator (1.72 frames per code) -> CFM with the reference mel as prompt; the noise
-  comes from a generator seeded with the chunk's seed.
+  from the request's generator.
 - "vocoder": BigVGAN v2, 22.05 kHz.
 
 Modes: cloning from the speaker reference (its own emotion); emotion from a second reference audio
@@ -22,7 +22,7 @@ load, cut to 15 s), blended by `emotion_alpha` (upstream's `emo_alpha`); emotion
 weights (options happy ... calm, upstream's `emo_vector`, scaled by `emotion_alpha`), mixed with the
 speaker's emotion through feat1.pt / feat2.pt (the vector wins over an emotion reference, as upstream).
 Emotion from text (option `emotion_text`): the Qwen3-0.6B emotion model of qwen0.6bemo4-merge/ reads it
-(Qwen3 chat prompt, sampling as its generation_config.json, a generator seeded with the chunk's seed) and
+(Qwen3 chat prompt, sampling as its generation_config.json, the request's generator) and
 upstream's parsing turns the reply into the eight weights, which then act as above (text wins over given
 weights, as upstream's use_emo_text). Upstream's infer_v2 exposes no duration control; none is offered.
 """
@@ -63,6 +63,7 @@ class IndexTTS2Engine(Engine):
                                 reference_seconds=(0.5, 60.0))   # kept at its own rate: see conditioning
     PHASED = True
     join = Join(silence_ms=200)          # infer_v2's interval_silence default between segments
+    ONE_STREAM = True                    # upstream draws every segment's sampling and noise from one stream
     max_segment_tokens = MAX_SEGMENT_TOKENS   # infer_v2's max_text_tokens_per_segment default
     # upstream's defaults (generate.Sampling, infer_v2); ranges about its web UI's sliders (emotion weights
     # 0-1, beams 1-10 (2 at least here: beam sampling), temperature 0.1-2, top_k 0-100, repetition penalty
@@ -160,6 +161,13 @@ class IndexTTS2Engine(Engine):
         return widest * 4 * 12 + MB // 2
 
     # ---- phases ---------------------------------------------------------------------------------------------
+    def layerdrop_draws(self, generator: torch.Generator, forwards: int) -> None:
+        """Upstream's w2v-bert (transformers' Wav2Vec2BertModel) draws LayerDrop numbers it does not use in
+        eval mode (`torch.rand([])` per encoder and adapter layer): the draws the request's stream takes for
+        `forwards` forward passes, so what follows draws as upstream's does."""
+        for _ in range(forwards * self.bundle.w2v_bert.config.layerdrop_draws):
+            torch.rand((), generator=generator)
+
     def conditioning(self, ctx: RequestContext, reference: Reference, chunk: Chunk) -> dict[str, Tensor]:
         """Upstream loads the speaker file twice: librosa at 22.05 kHz (then torchaudio to 16 kHz for the
         semantic and style features) and, as the emotion reference when none is given (also in vector
@@ -171,6 +179,7 @@ class IndexTTS2Engine(Engine):
         weights = self.emotion_weights(chunk, self.text_emotion(ctx, chunk))
 
         def semantic(wav: Tensor) -> Tensor:
+            self.layerdrop_draws(ctx.generator, 1)
             feats, mask = seamless_features(wav)
             dev, dtype = self.w2v.device, b.w2v_bert.feature_projection.projection.weight.dtype
             hidden = b.w2v_bert(feats.to(dev, dtype), mask.to(dev)).float()
@@ -238,14 +247,12 @@ class IndexTTS2Engine(Engine):
             raise ValueError(f"IndexTTS 2: emotion_text needs the emotion model in "
                              f"{self.bundle.folder / 'qwen0.6bemo4-merge'}")
         ids = em.tokenizer.encode(chat_prompt(text))
-        generator = torch.Generator().manual_seed(chunk.seed)
 
         def run() -> list[int]:
             with torch.inference_mode():
-                return generate(em.lm, ids, em.settings, generator, EMOTION_MAX_TOKENS, check=ctx.check_cancelled)
+                return generate(em.lm, ids, em.settings, ctx.generator, EMOTION_MAX_TOKENS, check=ctx.check_cancelled)
 
-        out = ctx.run("conditioning", [self.emotion], run, memory=self.emotion_memory(len(ids)),
-                      generators=(generator,))
+        out = ctx.run("conditioning", [self.emotion], run, memory=self.emotion_memory(len(ids)))
         return dict(zip(EMOTIONS, emotion_vector(em.tokenizer.decode(after_thinking(out)), text)))
 
     def emotion_memory(self, prompt: int) -> int:
@@ -321,8 +328,7 @@ class IndexTTS2Engine(Engine):
         steps, rate = self.option(chunk, "diffusion_steps"), self.option(chunk, "cfg_rate")   # checked: options
         ref_frames = cond["ref_mel"].shape[2]
         target = int(len(codes) * CODE_TO_FRAMES)
-        noise = torch.randn(1, b.s2mel.config.in_channels, ref_frames + target,
-                            generator=torch.Generator().manual_seed(chunk.seed))
+        noise = torch.randn(1, b.s2mel.config.in_channels, ref_frames + target, generator=ctx.generator)
 
         def run() -> Tensor:
             with torch.inference_mode():
@@ -366,6 +372,8 @@ class IndexTTS2Engine(Engine):
         kept = chunk.cache if chunk.options.get("emotion_text") is not None else chunk.prompts
         if "cond" not in kept:
             kept["cond"] = self.conditioning(ctx, chunk.reference, chunk)
+        elif chunk.index == 0:      # as if derived again (speaker and emotion reference), as a fresh upstream does
+            self.layerdrop_draws(ctx.generator, 2)
         cond = kept["cond"]
         ids = self.tokenizer.ids(chunk.tokens) if chunk.tokens is not None else self.tokenizer.encode(chunk.text)
         if not ids:

@@ -24,7 +24,9 @@ def build(request: LoadRequest, manager: ModelManager) -> KokoroEngine:
 ENGINE = EngineSpec(
     engine_id="kokoro", display_name="Kokoro-82M", loader_node="MizuotoLoadKokoro", build=build,
     missing_files=missing_files, languages=("auto", "en", "es", "fr", "hi", "it", "ja", "pt", "zh"),
-    models={"Kokoro-82M": (Download("hexgrad/Kokoro-82M", (WEIGHTS, CONFIG, "voices/*.pt")),)},
+    # the .pth's sha256 as hexgrad/Kokoro-82M's model card publishes it (the hub's LFS hash is checked too)
+    models={"Kokoro-82M": (Download("hexgrad/Kokoro-82M", (WEIGHTS, CONFIG, "voices/*.pt"), sha256={
+        WEIGHTS: "496dba118d1a58f5f3db2efc88dbdc216e0483fc89fe6e47ee1f2c53f18ad1e4"}),)},
     precisions=("fp32", "bf16", "fp16"),
     description="Kokoro-82M: 82 M parameters, about 50 named voices (American and British English natively; "
                 "other languages through misaki when installed), voice blends such as "

@@ -1,6 +1,7 @@
 """Text -> Kokoro phonemes. English (American for `a*` voices, British for `b*`) through the G2P the
-embedded voice uses, the hibari-tts package's port of misaki (its lexicons, tagger and rules, no spaCy);
-words outside its lexicons are left out and reported (the unknown-word net is not wired in here).
+embedded voice uses, the hibari-tts package's port of misaki (its lexicons, tagger and rules, no spaCy),
+run as KPipeline runs misaki without espeak (misaki_en.py): no extra normalizer, spaCy's quote tags, and
+words outside the lexicons left out as upstream leaves them out (the unknown-word net is not wired in).
 Other languages go through misaki's own G2P when it is installed, as kokoro.KPipeline does; when it is
 not, the error names the package to install."""
 from __future__ import annotations
@@ -27,8 +28,8 @@ def sentences(text: str) -> list[str]:
 
 
 def english(british: bool) -> Callable[[str], str]:
-    from hibari.g2p import G2P
-    return G2P(oov=False, british=british)
+    from .misaki_en import MisakiEnglish
+    return MisakiEnglish(british=british)
 
 
 def other(language: str) -> Callable[[str], str]:

@@ -19,7 +19,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -43,6 +43,22 @@ class LoadRequest:
 
 
 @dataclass(frozen=True)
+class Trainer:
+    """How an engine fine-tunes a voice (the Train Voice node and `python -m mizuoto train` call these).
+
+    make_job(base=Path, list_file=Path, audio_dir=Path | None, save_name=str, epochs=int, batch_size=int,
+             seed=int, preset=str, device=str) -> a picklable job, its options checked (ValueError naming one)
+    run(job, progress=None, interrupted=None) -> a result with .voice (the new folder), .losses, .steps,
+             .updates, .seconds_per_step, .estimate_mb, .numerics; module level (the job process imports it);
+             progress(stage, done, total, loss | None); raises training.job.Interrupted when interrupted()
+    """
+
+    make_job: Callable[..., Any]
+    run: Callable[..., Any]
+    presets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     engine_id: str                                      # also the folder under models/TTS
     display_name: str                                   # "Qwen3-TTS"
@@ -58,6 +74,7 @@ class EngineSpec:
     loader_display: str = ""                            # "Load Qwen3-TTS" by default
     description: str = ""                               # the loader's tooltip: what it loads, licence
     license: str = ""                                   # of the weights, shown in the tooltip and README
+    trainer: Trainer | None = None                      # fine-tuning (Train Voice); None: not trainable
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.precisions if p not in PRECISIONS]

@@ -13,9 +13,10 @@ What the script changes, the sizes and the random stream only:
 - the widths upstream hard-codes for the real checkpoints (w2v-bert's 1024 in UnifiedVoice, the GPT's 1280
   and 1024 in MyModel's gpt_layer, CAMPPlus's default channels) are the tiny folder's (its source is
   executed with those numbers replaced; each replacement asserted);
-- upstream draws all randomness from torch's global generator, the pack from a generator per segment
-  seeded with seed + index (nodes/pack/pipeline.py): the global generator is re-seeded with seed + index
-  before each segment's inference_speech and again before its CFM noise (the draws are upstream's own);
+- upstream draws all randomness from torch's global generator and takes no seed: the script seeds it once
+  with the case's seed before infer (torch.manual_seed), as a user fixing upstream's randomness does, with
+  its voice caches emptied (a voice it has not seen: its w2v-bert draws one unused LayerDrop number per
+  layer and pass); every segment's sampling and CFM noise continue that stream (the engine's ONE_STREAM);
 - the text normaliser is its Mac/Windows one (wetext), the one the engine runs (fixtures/frontend.json
   compares it with the Linux one; the texts here read the same with both, checked below).
 
@@ -153,33 +154,28 @@ def main(repo: Path) -> None:
         linux = {c["name"]: tts.tokenizer.tokenize(c["text"]) for c in CASES}
         tts.normalizer.zh_normalizer = Normalizer(remove_erhua=False, lang="zh", operator="tn")  # load()'s non-Linux branch
         tts.normalizer.en_normalizer = Normalizer(lang="en", operator="tn")
-        gpt_call, cfm_call = tts.gpt.inference_speech, tts.s2mel.models["cfm"].inference
+        gpt_call = tts.gpt.inference_speech
         joins = tts.insert_interval_silence
         for case in CASES:
             rec = {**case, "codes": [], "pieces": tts.tokenizer.tokenize(case["text"])}
             assert rec["pieces"] == linux[case["name"]], "the two normalisers read this text differently"
             rec["segments"] = tts.tokenizer.split_segments(rec["pieces"], 120)
-            index = {"gpt": 0, "cfm": 0}
 
-            def inference_speech(*a, rec=rec, case=case, index=index, **k):
-                torch.manual_seed(case["seed"] + index["gpt"])
-                index["gpt"] += 1
+            def inference_speech(*a, rec=rec, **k):
                 codes, latent = gpt_call(*a, **k)
                 rec["codes"].append(codes[0].tolist())
                 return codes, latent
-
-            def cfm_inference(*a, case=case, index=index, **k):
-                torch.manual_seed(case["seed"] + index["cfm"])
-                index["cfm"] += 1
-                return cfm_call(*a, **k)
 
             def insert_interval_silence(wavs, rec=rec, **k):
                 joined = joins(wavs, **k)
                 rec["float"] = torch.cat(joined, dim=1)[0].clone()
                 return joined
 
-            tts.gpt.inference_speech, tts.s2mel.models["cfm"].inference = inference_speech, cfm_inference
+            tts.gpt.inference_speech = inference_speech
             tts.insert_interval_silence = insert_interval_silence
+            tts.cache_spk_cond = tts.cache_emo_cond = None   # each case a voice upstream has not seen: it derives
+            tts.cache_spk_audio_prompt = tts.cache_emo_audio_prompt = None   # the conditioning (and draws) afresh
+            torch.manual_seed(case["seed"])
             rate, int16 = tts.infer(str(ref), case["text"], output_path=None)
             assert rate == 22050
             rec["int16"] = torch.from_numpy(int16[:, 0].copy())

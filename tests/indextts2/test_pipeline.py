@@ -2,7 +2,7 @@
 
 fixtures/pipeline.pt is recorded by make_pipeline_fixtures.py (README.md) on the folder
 tiny.write_pipeline_folder writes (the published layout, weight-norm pairs included), the 44.1 kHz stereo
-reference tiny.stereo_reference, upstream's defaults and the pack's seeding (seed + segment index). Here a
+reference tiny.stereo_reference, upstream's defaults, seeded once (its stream continued through the segments). Here a
 SpeakRequest goes through `pipeline.speak` on a LoadedModel at the engine's default precision (fp32) and
 default options: multi-sentence Chinese with a date, a time, money and a phone number (two segments and the
 200 ms silence between them), and English with money, a time, a date and a percentage.

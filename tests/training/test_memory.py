@@ -125,3 +125,15 @@ def test_estimate_scales_with_batch_and_names_fitting_presets():
     assert fits == [] and largest == 0
     with pytest.raises(ValueError, match="batch_size"):
         method.memory_mb("fast", 0)
+
+
+def test_a_job_that_does_not_fit_is_refused_naming_what_fits():
+    from mizuoto.training.estimate import check_fits
+    method = MethodInfo("toy", ToyLM(vocab=512, dim=128, heads=4, layers=4).sizes(64))
+    check_fits(method, "fast", 4, method.memory_mb("fast", 4) + 1, "cuda:0")           # fits: nothing said
+    with pytest.raises(ValueError, match="presets that fit: low, lowest"):
+        check_fits(method, "fast", 4, method.memory_mb("low", 4) + 0.01, "cuda:0")
+    with pytest.raises(ValueError, match="no preset fits batch_size 64; the largest batch that fits lowest is"):
+        check_fits(method, "fast", 64, method.memory_mb("lowest", 4) + 0.01, "cuda:0")
+    with pytest.raises(ValueError, match="even batch_size 1"):
+        check_fits(method, "fast", 4, 0.1, "cuda:0")
