@@ -195,7 +195,7 @@ class SourceModule(nn.Module):
         noise = noise_amp * torch.randn(sines.shape, generator=generator).to(f0.device)
         sines = (sines * uv + noise).transpose(1, 2)
         torch.randn((uv.shape[0], uv.shape[2], 1), generator=generator)   # upstream's unused noise source
-        return torch.tanh(self.l_linear(sines))
+        return torch.tanh(self.l_linear(sines.to(self.l_linear.weight.dtype)))   # float32 unless bf16/fp16
 
 
 def hann_window(n: int) -> Tensor:
@@ -254,9 +254,12 @@ class HiFT(nn.Module):
     def decode(self, x: Tensor, s: Tensor) -> Tensor:
         c = self.config
         window = hann_window(c.n_fft).to(x.device)
+        # the STFT in float32 at least (torch has none in bf16), its result in the convolutions' dtype: a no-op
+        # in float32 and float64
+        s = s.to(torch.promote_types(s.dtype, torch.float32))
         spec = torch.view_as_real(torch.stft(s.squeeze(1), c.n_fft, c.hop_len, c.n_fft, window=window,
                                              return_complex=True))
-        s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1)
+        s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1).to(x.dtype)
         x = self.conv_pre(x)
         k = len(c.resblock_kernel_sizes)
         for i, up in enumerate(self.ups):
@@ -269,6 +272,7 @@ class HiFT(nn.Module):
                 xs += self.resblocks[i * k + j](x)
             x = xs / k
         x = self.conv_post(F.leaky_relu(x))
+        x = x.to(torch.promote_types(x.dtype, torch.float32))   # the iSTFT head in float32 at least (no bf16/fp16 FFT)
         half = c.n_fft // 2 + 1
         magnitude = torch.clip(torch.exp(x[:, :half, :]), max=1e2)
         phase = torch.sin(x[:, half:, :])

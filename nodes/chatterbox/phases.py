@@ -130,9 +130,9 @@ class ChatterboxEngine(Engine):
         def run() -> dict[str, Any]:
             with torch.inference_mode():
                 gen = embed_ref(b.s3gen, wav24[: DEC_COND_SECONDS * SAMPLE_RATE])
-                dev = self.tokenizer_handle.device
+                w = next(b.s3gen.tokenizer.parameters())
                 mel = whisper_log_mel(wav16[: ENC_COND_SECONDS * TOKENIZER_RATE])[None][..., : PROMPT_TOKENS * 4]
-                prompt = b.s3gen.tokenizer(mel.to(dev)).long().cpu()
+                prompt = b.s3gen.tokenizer(mel.to(w.device, w.dtype)).long().cpu()
                 speaker = speaker_embedding(b.ve, wav16)
             return {"speaker_emb": speaker, "prompt_tokens": prompt, "gen_prompt_token": gen.prompt_token,
                     "gen_prompt_feat": gen.prompt_feat, "gen_embedding": gen.embedding}   # plain tensors: cacheable

@@ -145,12 +145,12 @@ def embed_ref(model: S3Gen, wav24: Tensor, run: Callable[[str, Callable[[], Tens
     def xvector() -> Tensor:
         fbank = kaldi_fbank(wav16)
         fbank = fbank - fbank.mean(dim=0, keepdim=True)
-        dev = next(model.speaker_encoder.parameters()).device
-        return model.speaker_encoder(fbank[None].to(dev)).float().cpu()
+        w = next(model.speaker_encoder.parameters())
+        return model.speaker_encoder(fbank[None].to(w.device, w.dtype)).float().cpu()
 
     def tokens() -> Tensor:
-        dev = next(model.tokenizer.parameters()).device
-        return model.tokenizer(whisper_log_mel(wav16)[None].to(dev)).long().cpu()
+        w = next(model.tokenizer.parameters())
+        return model.tokenizer(whisper_log_mel(wav16)[None].to(w.device, w.dtype)).long().cpu()
 
     embedding = run("speaker encoder", xvector)
     token = run("speech tokenizer", tokens)

@@ -6,7 +6,8 @@
     voices/<name>.pt      a style pack [510, 1, 256] per voice: row len(phonemes) - 1 is the style
 
 Pickles go through the weights-only loader; weight-norm pairs are folded with `torch._weight_norm(v, g, 0)`
-(what upstream's hook computes in every forward); the bert's unused pooler is left out.
+(what upstream's hook computes in every forward); the bert's unused pooler is left out; an AdaIN
+InstanceNorm's affine pair that the file lacks is its identity, as upstream's non-strict load leaves it.
 """
 from __future__ import annotations
 
@@ -103,6 +104,20 @@ def fold_state(raw: object, path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def identity_norms(state: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
+    """The AdaIN InstanceNorms' affine pair (`*.norm.weight` / `*.norm.bias`) where the file has none:
+    upstream's comment says affine is on only for an old ONNX-export bug and "should be False", and its
+    KModel loads non-strictly, leaving a missing pair at InstanceNorm's identity (1, 0); so does this.
+    Every other missing tensor is still an error (the strict load names it)."""
+    with torch.device("meta"):
+        expected = {k: v.shape for k, v in KModel(config).state_dict().items()}
+    out = dict(state)
+    for name, shape in expected.items():
+        if name not in out and name.endswith((".norm.weight", ".norm.bias")):
+            out[name] = (torch.ones if name.endswith("weight") else torch.zeros)(shape)
+    return out
+
+
 def load_model(folder: str | Path, dtype: torch.dtype = torch.float32) -> KModel:
     folder = Path(folder)
     missing = missing_files(folder)
@@ -110,7 +125,7 @@ def load_model(folder: str | Path, dtype: torch.dtype = torch.float32) -> KModel
         raise FileNotFoundError(f"{folder}: not a complete Kokoro folder; missing {', '.join(missing)}")
     config = read_config(folder)
     path = folder / WEIGHTS
-    state = fold_state(load_pickle(path), path)
+    state = identity_norms(fold_state(load_pickle(path), path), config)
     model = load_module_from_state(lambda: KModel(config), state, dtype, source=path,
                                    config=SizeSource(folder / CONFIG, config))
     return model.eval()

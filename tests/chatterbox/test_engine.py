@@ -119,3 +119,14 @@ def test_without_conds_a_reference_is_required(root, tmp_path) -> None:
         (loaded,) = NODE_CLASS_MAPPINGS[ENGINE.loader_node]().load("noconds", ENGINE.precisions[0], "auto")
         with pytest.raises(ValueError, match="reference"):
             speak(loaded, SpeakRequest("Hello there.", seed=5, options=OPTIONS))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_clones_and_speaks(root, precision) -> None:
+    g = torch.Generator().manual_seed(9)
+    ref = {"waveform": (0.2 * torch.randn(1, 2, 44100, generator=g)), "sample_rate": 44100}
+    with pytest.MonkeyPatch.context() as mp, use_runtime(build_runtime()):
+        mp.setenv("MIZUOTO_MODELS_DIR", str(root))
+        (loaded,) = NODE_CLASS_MAPPINGS[ENGINE.loader_node]().load("tiny", precision, "auto")
+        wav, _ = speak(loaded, SpeakRequest("Hello there.", seed=5, reference=ref, options=OPTIONS))
+    assert wav.dtype == torch.float32 and wav.numel() > 0 and torch.isfinite(wav).all()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from mizuoto.nodes.kokoro.loader import PARTS, UNUSED, fold_state, read_config
@@ -38,3 +39,27 @@ def test_real_size_model_has_the_published_names_and_shapes():
     assert len(names) == 688
     values = sum(torch.Size(s).numel() for s in expected.values())
     assert 81_000_000 < values < 82_500_000, values
+
+
+def test_a_file_without_the_adain_norm_pairs_loads_them_as_identity(tmp_path):
+    """Upstream's KModel loads non-strictly: a missing InstanceNorm affine pair stays (1, 0). Ours too,
+    and only for those: any other missing tensor is still refused, naming it."""
+    from kokoro.tiny import write_tiny
+
+    from mizuoto.nodes.formats.checkpoint import CheckpointError
+    from mizuoto.nodes.kokoro.loader import load_model
+    folder = write_tiny(tmp_path / "tiny")
+    parts = torch.load(folder / "kokoro-v1_0.pth", weights_only=True)
+    dropped = [(p, k) for p, state in parts.items() for k in state if k.endswith((".norm.weight", ".norm.bias"))]
+    assert len(dropped) > 20
+    for p, k in dropped:
+        del parts[p][k]
+    torch.save(parts, folder / "kokoro-v1_0.pth")
+    model = load_model(folder)
+    for p, k in dropped:
+        value = model.state_dict()[f"{p}.{k.removeprefix('module.')}"]
+        assert torch.equal(value, torch.ones_like(value) if k.endswith("weight") else torch.zeros_like(value))
+    del parts["decoder"]["module.encode.conv1.bias"]
+    torch.save(parts, folder / "kokoro-v1_0.pth")
+    with pytest.raises(CheckpointError, match="encode.conv1.bias"):
+        load_model(folder)
