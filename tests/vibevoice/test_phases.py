@@ -73,11 +73,8 @@ def test_the_speak_pipeline_gives_generates_audio(parts) -> None:
 
 
 def test_every_weight_streamed_gives_the_same_audio_and_the_estimates_cover_it(parts, monkeypatch) -> None:
-    """Resident and all streamed on the strict simulated device: torch.equal to each other; each phase's estimate
-    covers what it measured. Against the plain CPU run only near: under the strict device's allocation-tracking
-    dispatch mode, the decoder FFN's Linear on its strided (1, T, C) input (upstream's permute) takes another CPU
-    kernel and moves the last bit (1 ulp measured); a contiguous input would be mode-invariant but is not
-    upstream's bits (the live test fails with it)."""
+    """Resident and all streamed on the strict simulated device (every op under its allocation-tracking dispatch
+    mode) give the plain CPU run's audio, torch.equal; each phase's estimate covers what it measured."""
     plain, _ = synthesize(engine_on(parts)[0], SpeakRequest(TEXT, seed=2))
     assert plain.numel() > 12           # this seed speaks several frames before EOS
     monkeypatch.setattr(ModelHandle, "MIN_UNIT_BYTES", 16 << 10)
@@ -88,7 +85,7 @@ def test_every_weight_streamed_gives_the_same_audio_and_the_estimates_cover_it(p
         engine, _ = engine_on(parts, capacity=total + 256 * (1 << 20), mode=mode)
         wav, meta = synthesize(engine, SpeakRequest(TEXT, seed=2))
         runs[mode] = wav
-        assert torch.allclose(wav, plain, rtol=0, atol=1e-6), mode
+        assert torch.equal(wav, plain), mode
         streamed = [h.streamed_bytes for h in engine.handles]
         assert all(streamed) if mode == "none" else not any(streamed), (mode, streamed)
         phases = meta["memory"]["phases"]
