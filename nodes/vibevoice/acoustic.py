@@ -118,7 +118,18 @@ class FFN(nn.Module):
         self.linear2 = nn.Linear(hidden, dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(F.gelu(self.linear1(x)))
+        return _linear(self.linear2, F.gelu(_linear(self.linear1, x)))
+
+
+def _linear(layer: nn.Linear, x: Tensor) -> Tensor:
+    """`layer(x)` by the ops torch's linear itself takes for a strided input (the blocks' channels-last permute):
+    matmul, then the bias added in place. Spelled out because under a dispatch mode (the runtime's strict
+    simulated device) linear reaches the mode whole and its re-dispatch takes another CPU kernel for such an
+    input, one ulp away; a contiguous input keeps linear, whose fused path is the same in both."""
+    if x.is_contiguous():
+        return layer(x)
+    out = torch.matmul(x, layer.weight.t())
+    return out.add_(layer.bias) if layer.bias is not None else out
 
 
 class _Mixer(nn.Module):

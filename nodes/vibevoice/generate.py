@@ -31,7 +31,8 @@ SPEECH_WINDOW = 6    # upstream TTS_SPEECH_WINDOW_SIZE
 
 @dataclass(frozen=True)
 class Generated:
-    audio: Tensor          # (channels, samples), the concatenated frames
+    audio: Tensor | None   # (channels, samples), the concatenated frames; None when not decoded
+    latents: Tensor        # (1, frames, vae_dim), the sampled speech latents (before the decoder's scaling)
     frames: int            # speech frames kept (each hop_length samples)
     stopped: str           # "eos" or "max_length"
     positions: int         # TTS LM positions at the end (upstream's `sequences.shape[1]` less the frames it runs
@@ -66,11 +67,12 @@ def _check(model: VibeVoiceRealtime, preset: VoicePreset) -> None:
 def generate(model: VibeVoiceRealtime, preset: VoicePreset, text_ids: Tensor, *, cfg_scale: float, steps: int,
              generator: torch.Generator, max_new_tokens: int | None = None,
              on_audio: Callable[[Tensor], None] | None = None, device: torch.device | str | None = None,
-             dtype: torch.dtype | None = None) -> Generated:
+             dtype: torch.dtype | None = None, decode: bool = True) -> Generated:
     """Speech for `text_ids` (1-D token ids of the text, upstream's `tts_text_ids`) in the voice of `preset`.
     `on_audio` receives each frame's audio (channels, hop) as soon as it is decoded. `device` / `dtype`: where
     and in what the activations live (default: those of the model's weights; a runtime that streams the
-    weights in passes its compute device)."""
+    weights in passes its compute device). `decode=False`: only the latents (decode_latents turns them into the
+    same audio later, as the decoder's state never feeds back into the LMs)."""
     if text_ids.dim() != 1 or text_ids.numel() == 0 or text_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"text_ids {tuple(text_ids.shape)} {text_ids.dtype}: expected a non-empty 1-D integer tensor")
     if not cfg_scale > 0:
@@ -92,6 +94,7 @@ def generate(model: VibeVoiceRealtime, preset: VoicePreset, text_ids: Tensor, *,
     decoder = model.model.acoustic_tokenizer
     audio_cache = StreamingConvCache()
     chunks: list[Tensor] = []
+    latents: list[Tensor] = []
     logits: list[float] = []
     window = 0
     while True:
@@ -100,7 +103,7 @@ def generate(model: VibeVoiceRealtime, preset: VoicePreset, text_ids: Tensor, *,
         if cur.shape[1]:
             tts_pos_after = tts_pos + cur.shape[1]
             if tts_pos_after > max_length:
-                return _done(chunks, "max_length", tts_pos_after, logits)
+                return _done(chunks, latents, "max_length", tts_pos_after, logits)
             h = model.forward_lm(cur, lm_cache, lm_pos)
             lm_pos += cur.shape[1]
             th, _ = model.forward_tts_lm(h, True, tts_cache, tts_pos)
@@ -110,13 +113,15 @@ def generate(model: VibeVoiceRealtime, preset: VoicePreset, text_ids: Tensor, *,
             noise = torch.randn(2, c.vae_dim, generator=generator)
             latent = sample_latents(model.model.prediction_head, scheduler, tts_last, neg_last, noise, steps,
                                     cfg_scale)[:, None]                       # (1, 1, vae_dim)
-            audio = decoder.decode(model.latents_to_decoder(latent), audio_cache)[0]
-            chunks.append(audio)
-            if on_audio is not None:
-                on_audio(audio)
+            latents.append(latent)
+            if decode:
+                audio = decoder.decode(model.latents_to_decoder(latent), audio_cache)[0]
+                chunks.append(audio)
+                if on_audio is not None:
+                    on_audio(audio)
             embed = model.model.acoustic_connector(latent)
             if tts_pos + 1 > max_length:
-                return _done(chunks, "max_length", tts_pos + 1, logits)
+                return _done(chunks, latents, "max_length", tts_pos + 1, logits)
             th, eos = model.forward_tts_lm(embed, False, tts_cache, tts_pos)
             tts_pos += 1
             tts_last = th[:, -1, :]
@@ -125,9 +130,29 @@ def generate(model: VibeVoiceRealtime, preset: VoicePreset, text_ids: Tensor, *,
             neg_last = nh[:, -1, :]
             logits.append(eos[0, 0].item())
             if torch.sigmoid(eos)[0].item() > 0.5:
-                return _done(chunks, "eos", tts_pos, logits)
+                return _done(chunks, latents, "eos", tts_pos, logits)
 
 
-def _done(chunks: list[Tensor], stopped: str, positions: int, logits: list[float]) -> Generated:
-    return Generated(torch.cat(chunks, dim=-1), len(chunks), stopped, positions, tuple(logits))
+@torch.no_grad()
+def decode_latents(model: VibeVoiceRealtime, latents: Tensor,
+                   on_audio: Callable[[Tensor], None] | None = None) -> Tensor:
+    """The audio (channels, frames * hop) of `latents` (1, frames, vae_dim) from generate(decode=False): frame by
+    frame through the streaming decoder, as generate decodes them."""
+    if latents.dim() != 3 or latents.shape[0] != 1 or latents.shape[1] == 0 \
+            or latents.shape[2] != model.config.vae_dim:
+        raise ValueError(f"latents {tuple(latents.shape)}: expected (1, frames, {model.config.vae_dim})")
+    decoder = model.model.acoustic_tokenizer
+    cache = StreamingConvCache()
+    chunks = []
+    for i in range(latents.shape[1]):
+        audio = decoder.decode(model.latents_to_decoder(latents[:, i:i + 1]), cache)[0]
+        chunks.append(audio)
+        if on_audio is not None:
+            on_audio(audio)
+    return torch.cat(chunks, dim=-1)
+
+
+def _done(chunks: list[Tensor], latents: list[Tensor], stopped: str, positions: int, logits: list[float]) -> Generated:
+    return Generated(torch.cat(chunks, dim=-1) if chunks else None, torch.cat(latents, dim=1), len(latents), stopped,
+                     positions, tuple(logits))
 
