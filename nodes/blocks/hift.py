@@ -57,6 +57,19 @@ class HiFTConfig:
     def upsample_scale(self) -> int:
         return int(np.prod(self.upsample_rates)) * self.hop_len
 
+    def working_memory(self, frames: int) -> int:
+        """Bytes a vocoder call on `frames` mel frames allocates at most in float32: the widest upsampled
+        activation (8 live copies), the harmonic source (SineGen's per-sample temporaries are more than
+        SineGen2's) and the STFT of the source."""
+        samples = frames * self.upsample_scale
+        t, ch, widest = frames, self.base_channels, self.base_channels * frames
+        for r in self.upsample_rates:
+            t *= r
+            ch //= 2
+            widest = max(widest, ch * t)
+        source = samples * (self.nb_harmonics + 1) * 4 * (10 if self.sine_gen == 1 else 8)
+        return widest * 4 * 8 + source + (self.n_fft + 2) * (samples // self.hop_len + 1) * 4 * 4 + (1 << 20)
+
 
 class CausalConv1d(nn.Conv1d):
     """Upstream's causal conv: zeros of `causal_padding` frames on the left (or right, for look-ahead)."""

@@ -109,15 +109,7 @@ class ChatterboxEngine(Engine):
         return encoder + estimator + 2 * c.output_size * frames * 4 * 8 + MB
 
     def vocoder_memory(self, frames: int) -> int:
-        h = self.bundle.s3gen.config.hift
-        samples = frames * h.upsample_scale
-        t, ch, widest = frames, h.base_channels, h.base_channels * frames
-        for r in h.upsample_rates:
-            t *= r
-            ch //= 2
-            widest = max(widest, ch * t)
-        source = samples * (h.nb_harmonics + 1) * 4 * 10
-        return widest * 4 * 8 + source + (h.n_fft + 2) * (samples // h.hop_len + 1) * 4 * 4 + MB
+        return self.bundle.s3gen.config.hift.working_memory(frames)
 
     # ---- phases ---------------------------------------------------------------------------------------------
     def conditioning(self, ctx: RequestContext, wav24: Tensor) -> dict[str, Any]:

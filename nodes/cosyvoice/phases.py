@@ -137,15 +137,7 @@ class CosyVoiceEngine(Engine):
         return encoder + estimator + 80 * 15000 * 4 + MB
 
     def vocoder_memory(self, frames: int) -> int:
-        h = self.bundle.hift_config
-        samples = frames * h.upsample_scale
-        t, ch, widest = frames, h.base_channels, h.base_channels * frames
-        for r in h.upsample_rates:
-            t *= r
-            ch //= 2
-            widest = max(widest, ch * t)
-        source = samples * (h.nb_harmonics + 1) * 4 * 8
-        return widest * 4 * 8 + source + (h.n_fft + 2) * (samples // h.hop_len + 1) * 4 * 4 + MB
+        return self.bundle.hift_config.working_memory(frames)
 
     # ---- phases ---------------------------------------------------------------------------------------------
     def prompt(self, ctx: RequestContext, wav: Tensor, sample_rate: int) -> dict[str, Tensor]:
