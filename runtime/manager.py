@@ -312,7 +312,8 @@ class ModelManager:
                     among: Iterable[ModelHandle] | None = None) -> list[ModelHandle]:
         """Idle components on the device (of `among`, when given) in the order they give up memory."""
         excluded = set(exclude)
-        candidates = self.handles if among is None else [h for h in self.handles if h in set(among)]
+        wanted = None if among is None else set(among)
+        candidates = self.handles if wanted is None else [h for h in self.handles if h in wanted]
         idle = [h for h in candidates if str(h.device) == str(torch.device(device))
                 and h not in excluded and h.in_use == 0 and h.loaded_bytes > 0]
         return sorted(idle, key=lambda h: (not h.partial, h.pinned, h.last_used))
