@@ -286,8 +286,67 @@ def pipeline_case(folder: Path) -> dict:
     return out
 
 
+def mtl_text_case(folder: Path) -> dict:
+    """Upstream MTLTokenizer on the tiny grapheme tokenizer, as installed without the optional packages
+    (no dicta-onnx, russian-text-stresser; spacy-pkuseg absent here too, so the Cangjie conversion is
+    recorded unsegmented), and the multilingual punc_norm."""
+    from chatterbox import mtl_tts
+    from chatterbox.models.tokenizers import tokenizer as tk
+    tk.hf_hub_download = lambda repo_id, filename, cache_dir=None: str(Path(cache_dir) / filename)
+    mtl = tk.MTLTokenizer(str(folder / "grapheme_mtl_merged_expanded_v1.json"))
+    assert mtl.cangjie_converter.segmenter is None and mtl.cangjie_converter.word2cj
+    cases = [{"language": lang, "text": text, "norm": mtl_tts.punc_norm(text),
+              "ids": mtl.encode(mtl_tts.punc_norm(text), language_id=lang)} for lang, text in tiny.MTL_TEXTS]
+    cangjie = [{"text": t, "out": mtl.cangjie_converter(t)} for t in tiny.CANGJIE_TEXTS]
+    return {"upstream": "chatterbox-tts==0.1.7", "encode": cases, "cangjie": cangjie}
+
+
+def mtl_pipeline_case(folder: Path) -> dict:
+    """Upstream `ChatterboxMultilingualTTS.from_local(folder).generate(text, language_id=...)` on
+    tiny.write_mtl_folder's files (the built-in voice), watermark off, T3.inference's max_new_tokens forced
+    to tiny.FOLDER_T3_TOKENS; torch.manual_seed(seed) before each generate."""
+    from chatterbox.models.t3 import llama_configs, t3
+    from chatterbox.models.t3.modules import cond_enc
+    from chatterbox.models.t3.modules.perceiver import Perceiver
+    from chatterbox.models.tokenizers import tokenizer as tk
+    tk.hf_hub_download = lambda repo_id, filename, cache_dir=None: str(Path(cache_dir) / filename)
+    sys.modules["perth"].PerthImplicitWatermarker = NoWatermark
+    llama_configs.LLAMA_CONFIGS["Llama_520M"] = tiny.MTL_LLAMA
+    cond_enc.Perceiver = functools.partial(Perceiver, **tiny.MTL_PERCEIVER)
+    drawn: list[list[int]] = []
+    inference = t3.T3.inference
+
+    def capped(self, *args, **kwargs):
+        out = inference(self, *args, **{**kwargs, "max_new_tokens": tiny.FOLDER_T3_TOKENS})
+        drawn.append(out[0].tolist())
+        return out
+
+    t3.T3.inference = capped
+    from chatterbox.mtl_tts import ChatterboxMultilingualTTS
+    with tiny_s3gen_classes():
+        model = ChatterboxMultilingualTTS.from_local(folder, "cpu")
+    out = {}
+    for name, language, text, exaggeration, seed, options in tiny.MTL_PIPELINE_CASES:
+        torch.manual_seed(seed)
+        wav = model.generate(text, language_id=language, exaggeration=exaggeration, **options)
+        out[name] = {"tokens": drawn[-1], "wav": wav[0].clone()}
+    return out
+
+
 def main() -> None:
     import tempfile
+    if sys.argv[1:2] in (["mtl_pipeline"], ["mtl_text"]):
+        # mtl_pipeline|mtl_text FOLDER [OUT]: FOLDER written by tiny.write_mtl_folder in the project's venv
+        folder = Path(sys.argv[2])
+        if sys.argv[1] == "mtl_text":
+            path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_mtl_text.json"
+            path.write_text(json.dumps(mtl_text_case(folder), ensure_ascii=False, indent=0) + "\n")
+        else:
+            path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_mtl_pipeline.pt"
+            torch.set_num_threads(1)
+            torch.save(mtl_pipeline_case(folder), path)
+        print(path)
+        return
     if sys.argv[1:] == ["real_s3gen"]:
         path = Path(__file__).parent / "real_s3gen.json"
         path.write_text(json.dumps(real_s3gen_shapes(), indent=0) + "\n")
