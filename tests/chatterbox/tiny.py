@@ -89,11 +89,18 @@ TINY_S3GEN = dict(
 S3GEN_TOKENS = 30        # speech tokens of the S3Gen cases (1.2 s of audio)
 
 
-def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31) -> dict[str, torch.Tensor]:
+def exact_normal(shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Unit-variance noise that is the same on every CPU: integer draws (torch.randn's float32 Box-Muller takes
+    other vectorised sin/log paths per CPU, a last-bit difference) scaled to a uniform on [-sqrt 3, sqrt 3]."""
+    u = torch.randint(0, 2 ** 24, tuple(shape), generator=generator, dtype=torch.int64).double() / 2 ** 23 - 1
+    return (u * 3 ** 0.5).to(dtype)
+
+
+def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31, exact: bool = False) -> dict[str, torch.Tensor]:
     """Random S3Gen weights by name at a well-conditioned scale (rows ~ unit norm), so the 10 Euler
     steps, the HiFT resblocks and CAM++'s batch norms stay in range: batch-norm variances positive,
     weight-norm gains near 1, the f0 head's bias at 150 Hz so the sine source is voiced, HiFT's last conv
-    small so its output stays mostly below the 0.99 clip."""
+    small so its output stays mostly below the 0.99 clip. `exact`: exact_normal draws (the float64 golden)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     for k in sorted(shapes):
@@ -101,7 +108,7 @@ def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31) -> dict[str, torch.
         if k.endswith("num_batches_tracked"):
             out[k] = torch.zeros(shape, dtype=torch.long)
             continue
-        r = torch.randn(shape, generator=g)
+        r = exact_normal(shape, g) if exact else torch.randn(shape, generator=g)
         if k.endswith("running_var"):
             out[k] = 1 + 0.5 * r.abs()
         elif k.endswith("f0_predictor.classifier.bias"):
