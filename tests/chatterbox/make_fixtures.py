@@ -357,7 +357,10 @@ def mtl_text_case(folder: Path) -> dict:
     cases = [{"language": lang, "text": text, "norm": mtl_tts.punc_norm(text),
               "ids": mtl.encode(mtl_tts.punc_norm(text), language_id=lang)} for lang, text in tiny.MTL_TEXTS]
     cangjie = [{"text": t, "out": mtl.cangjie_converter(t)} for t in tiny.CANGJIE_TEXTS]
-    return {"upstream": "chatterbox-tts==0.1.7", "encode": cases, "cangjie": cangjie}
+    import pykakasi  # noqa: F401  (pykakasi==2.3.0, chatterbox-tts's pin: Japanese is recorded with it)
+    ja = [{"text": t, "kana": tk.hiragana_normalize(mtl.preprocess_text(t)),
+           "ids": mtl.encode(mtl_tts.punc_norm(t), language_id="ja")} for t in tiny.JA_TEXTS]
+    return {"upstream": "chatterbox-tts==0.1.7", "encode": cases, "cangjie": cangjie, "ja": ja}
 
 
 def mtl_pipeline_case(folder: Path) -> dict:

@@ -3,6 +3,7 @@
 Hebrew and Russian as upstream without its optional packages, Cangjie codes for Chinese characters."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -38,6 +39,19 @@ def test_cangjie_matches_upstream(folder) -> None:
     for case in GOLDEN["cangjie"]:
         assert cangjie(case["text"]) == case["out"], case["text"]
     assert cangjie("叩") == "[cj_r][cj_r][cj_1][cj_.]"    # the second glyph of a shared code: its index as a code letter
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pykakasi") is None, reason="Japanese needs pykakasi (pip install "
+                    "pykakasi==2.3.0, upstream's pin); the error without it is tested below")
+def test_japanese_matches_upstream(folder) -> None:
+    from unicodedata import normalize
+
+    from mizuoto.nodes.chatterbox.text import japanese_kana
+    tokenizer = EnTokenizer(folder / "tokenizer.json")
+    assert len(GOLDEN["ja"]) == len(tiny.JA_TEXTS)
+    for case in GOLDEN["ja"]:
+        assert japanese_kana(normalize("NFKD", case["text"].lower())) == case["kana"], case["text"]
+        assert mtl_encode(tokenizer, mtl_punc_norm(case["text"]), "ja") == case["ids"], case["text"]
 
 
 def test_language_errors_name_the_language_and_what_is_missing(folder, monkeypatch) -> None:

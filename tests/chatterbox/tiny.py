@@ -253,6 +253,8 @@ CANGJIE = ["你\tonf", "好\tvnd", "我\thqi", "是\tamyo", "中\tl", "文\tyk",
 MTL_TEXTS = [("fr", "Bonjour, ça va très bien"), ("de", "Grüße aus München!"), ("ko", "안녕하세요 여러분"),
              ("ko", "  한국어 텍스트  "), ("he", "שלום עולם"), ("ru", "Привет, мир"), ("en", "Hello there"),
              (None, "No language tag"), ("fr", "")]
+# Japanese (pykakasi, a chatterbox-tts dependency): kanji phrases to hiragana, は/へ after kanji, katakana kept
+JA_TEXTS = ["今日は良い天気です。", "東京へ行きます", "カタカナとひらがなと漢字", "日本語のテキスト、ＡＢＣ１２３"]
 CANGJIE_TEXTS = ["你好，我是中文。", "仲叩吅們 abc", "ひらがな混じり中文"]
 MTL_PIPELINE_CASES = [  # (name, language, text, exaggeration, seed, other generate options): the built-in voice
     ("fr_exag05", "fr", "Bonjour, ça va très bien", 0.5, 41, {}),
