@@ -208,7 +208,7 @@ class AlignmentGuard:
     def __init__(self, model: "T3", text_start: int, text_end: int) -> None:
         layers = model.tfmr.layers
         c = model.config
-        self.attentions = [layers[l].self_attn for l, _ in ALIGNED_HEADS]
+        self.attentions = [layers[layer].self_attn for layer, _ in ALIGNED_HEADS]
         self.heads = [h for _, h in ALIGNED_HEADS]
         self.i, self.j = text_start, text_end
         self.eos = c.stop_speech_token
@@ -219,6 +219,11 @@ class AlignmentGuard:
         self.complete = False
         self.completed_at: int | None = None
         self.generated: list[int] = []
+
+    def release(self) -> None:
+        """Drop the last recorded attention from the layers (it is only read during a generation)."""
+        for module in self.attentions:
+            module.recorded = None
 
     def step(self, logits: Tensor, last_token: int) -> Tensor:
         """The [1, V] CFG logits after upstream's checks (the stop token held back or forced)."""
@@ -259,15 +264,15 @@ class AlignmentGuard:
 def use_alignment_heads(model: "T3") -> None:
     """Switch every attention of `model` to HF's eager form and record ALIGNED_HEADS (the multilingual T3)."""
     c = model.config
-    if c.num_hidden_layers <= max(l for l, _ in ALIGNED_HEADS) or c.num_attention_heads <= max(
+    if c.num_hidden_layers <= max(layer for layer, _ in ALIGNED_HEADS) or c.num_attention_heads <= max(
             h for _, h in ALIGNED_HEADS):
         raise ValueError(f"Chatterbox Multilingual: T3 has {c.num_hidden_layers} layers of "
                          f"{c.num_attention_heads} heads; its alignment heads {ALIGNED_HEADS} need at least 14 "
                          "layers of 16 heads")
-    for layer in model.tfmr.layers:
-        layer.self_attn.eager = True
-    for l, h in ALIGNED_HEADS:
-        attn = model.tfmr.layers[l].self_attn
+    for block in model.tfmr.layers:
+        block.self_attn.eager = True
+    for index, h in ALIGNED_HEADS:
+        attn = model.tfmr.layers[index].self_attn
         attn.record_heads = tuple(sorted(set(attn.record_heads or ()) | {h}))
 
 
@@ -314,4 +319,6 @@ def generate(model: T3, cond: Tensor, text_tokens: Tensor, s: Sampling, generato
             break
         logits = model.logits(model.speech_token_embeds(torch.tensor([token]), i + 1), cache, pos)
         pos += 1
+    if guard is not None:
+        guard.release()
     return out
