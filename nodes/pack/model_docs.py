@@ -29,7 +29,15 @@ NOTES: MappingProxyType[str, str] = MappingProxyType({
         "conds.pt 107,374 B, tokenizer.json 25,470 B; sizes as a third party lists them, not checked here; the "
         "download checks each file against the hub's own sha256). `conds.pt` is the built-in voice: without it "
         "every request needs reference audio. **Outputs are not watermarked**: upstream embeds an inaudible "
-        "Perth watermark (`resemble-perth`) in every output; this engine does not."),
+        "Perth watermark (`resemble-perth`) in every output; this engine does not.\n\n"
+        "`chatterbox_multilingual` is Chatterbox Multilingual from the same repository (the files "
+        "`ChatterboxMultilingualTTS.from_pretrained` takes: t3_mtl23ls_v2.safetensors, s3gen.pt, ve.pt, "
+        "grapheme_mtl_merged_expanded_v1.json, conds.pt, Cangjie5_TC.json; sizes not checked here, the download "
+        "checks each file against the hub's sha256). Pick the language on Speak (23 codes; `auto` = no "
+        "language tag, as upstream without `language_id`). Japanese needs `pip install pykakasi` and Chinese "
+        "`pip install spacy-pkuseg` (both upstream dependencies; a clear error names them otherwise); Hebrew "
+        "diacritics and Russian stress marks are skipped, as upstream does without its optional dicta-onnx and "
+        "russian-text-stresser."),
     "vibevoice": (
         "The model repository holds no voices: Microsoft publishes the Realtime model's voice presets (prefilled "
         "caches of a spoken prompt, not audio, so the model cannot clone an arbitrary recording) in the VibeVoice "
