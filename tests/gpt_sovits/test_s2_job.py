@@ -96,8 +96,12 @@ def test_v2pro_sovits_stage_refused_by_name(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_job_options_checked(root):
+def test_job_options_checked(tmp_path):
+    """Checked before anything is read."""
     with pytest.raises(ValueError, match="nothing to train"):
-        train_voice(S1Job(base=root / "tiny-v2", list_file=root / "list.txt", save_name="n", epochs=0))
+        train_voice(S1Job(base=tmp_path, list_file=tmp_path / "list.txt", save_name="n", epochs=0))
     with pytest.raises(ValueError, match="sovits_epochs"):
-        train_voice(S1Job(base=root / "tiny-v2", list_file=root / "list.txt", save_name="n", sovits_epochs=-1))
+        train_voice(S1Job(base=tmp_path, list_file=tmp_path / "list.txt", save_name="n", sovits_epochs=-1))
+    with pytest.raises(ValueError, match="discriminator"):
+        train_voice(S1Job(base=tmp_path, list_file=tmp_path / "list.txt", save_name="n", sovits_epochs=1,
+                          discriminator=tmp_path / "s2D.pth"))
