@@ -32,7 +32,11 @@ from .s2_train import (MultiPeriodDiscriminator, S2Hparams, make_optimizers, mak
                        training_generator)
 
 MIN_DATASET = 100
-BYTES_PER_PARAMETER = 16      # float32 weight + gradient + AdamW's two moments
+# float32 weight + gradient + AdamW's two moments (16), the weight-normed convolutions' recomputed weight
+# and its gradient in backward (8: nearly every discriminator and WaveNet parameter is weight-normed).
+# Measured on the CPU (tiny v2, batch 2 x 8-frame segments, fp32): peak 1627 MB, this 1636 MB; activations
+# (batch x segment dependent) are not counted yet.
+BYTES_PER_PARAMETER = 24
 
 
 @dataclass
@@ -100,7 +104,8 @@ def base_generator_state(base: Path) -> tuple[dict[str, torch.Tensor], dict[str,
 
 
 def memory_mb(net_g: nn.Module, net_d: nn.Module) -> float:
-    """Weights, gradients and AdamW moments of both networks in float32 (activations not counted)."""
+    """Weights, gradients, AdamW moments and weight-norm copies of both networks in float32 (activations not
+    counted)."""
     n = sum(p.numel() for p in net_g.parameters()) + sum(p.numel() for p in net_d.parameters())
     return n * BYTES_PER_PARAMETER / (1 << 20)
 
