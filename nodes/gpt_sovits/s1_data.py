@@ -137,13 +137,18 @@ class S1Preparer:
     def device(self) -> torch.device:
         return next(self.bundle.hubert.parameters()).device
 
-    def semantic(self, entry: ListEntry, wav32: Tensor) -> list[int]:
-        dtype = self.bundle.dtype
+    def features(self, entry: ListEntry, wav32: Tensor) -> Tensor:
+        """HuBERT's last hidden state of the clip [1, 768, T] (2-get-hubert-wav32k.py's 4-cnhubert file)."""
         with torch.inference_mode():
-            feats = self.bundle.hubert(hubert_input(wav32)[None].to(self.device, dtype))[-1]
+            feats = self.bundle.hubert(hubert_input(wav32)[None].to(self.device, self.bundle.dtype))[-1]
             if not torch.isfinite(feats).all():
                 raise ValueError(f"{clip_name(entry)}: HuBERT features are not finite (upstream skips the clip)")
-            codes = self.bundle.sovits.extract_latent(feats.transpose(1, 2))
+        return feats.transpose(1, 2)
+
+    def semantic(self, entry: ListEntry, wav32: Tensor) -> list[int]:
+        feats = self.features(entry, wav32)
+        with torch.inference_mode():
+            codes = self.bundle.sovits.extract_latent(feats)
         return codes.reshape(-1).cpu().tolist()
 
     def sample(self, entry: ListEntry) -> tuple[S1Sample, float]:
