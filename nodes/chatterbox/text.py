@@ -15,9 +15,12 @@ _PUNCTUATION = [("...", ", "), ("…", ", "), (":", ","), (" - ", ", "), (";", "
                 (" ,", ","), ("“", "\""), ("”", "\""), ("‘", "'"), ("’", "'")]
 
 
-def punc_norm(text: str) -> str:
+_ENDERS = {".", "!", "?", "-", ","}
+
+
+def punc_norm(text: str, enders: set[str] = _ENDERS) -> str:
     """Upstream's clean-up: capitalise the first letter, collapse whitespace, map uncommon punctuation,
-    end with a full stop unless the text ends in . ! ? - or a comma."""
+    end with a full stop unless the text ends in one of `enders` (. ! ? - or a comma)."""
     if len(text) == 0:
         return EMPTY_TEXT
     if text[0].islower():
@@ -26,7 +29,7 @@ def punc_norm(text: str) -> str:
     for old, new in _PUNCTUATION:
         text = text.replace(old, new)
     text = text.rstrip(" ")
-    if not any(text.endswith(p) for p in {".", "!", "?", "-", ","}):
+    if not any(text.endswith(p) for p in enders):
         text += "."
     return text
 
@@ -56,17 +59,7 @@ _MTL_ENDERS = {".", "!", "?", "-", ",", "、", "，", "。", "？", "！"}
 
 def mtl_punc_norm(text: str) -> str:
     """The multilingual punc_norm: the English one with CJK sentence ends also accepted."""
-    if len(text) == 0:
-        return EMPTY_TEXT
-    if text[0].islower():
-        text = text[0].upper() + text[1:]
-    text = " ".join(text.split())
-    for old, new in _PUNCTUATION:
-        text = text.replace(old, new)
-    text = text.rstrip(" ")
-    if not any(text.endswith(p) for p in _MTL_ENDERS):
-        text += "."
-    return text
+    return punc_norm(text, _MTL_ENDERS)
 
 
 def korean_jamo(text: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -75,6 +76,23 @@ def hubert_mix(wav32: Tensor) -> Tensor:
 def hubert_input(wav32: Tensor) -> Tensor:
     """The HuBERT input: the mix at 16 kHz (soxr HQ, librosa.resample's default)."""
     return resample(hubert_mix(wav32), SAMPLE_RATE, 16000, "soxr_hq")
+
+
+def prepare_all(sample: Callable[[ListEntry], tuple[Any, float]], entries: Sequence[ListEntry],
+                progress: Callable[[int, int], None] | None = None) -> list:
+    """`sample(entry)` -> (sample, seconds) for every entry, with progress; refused when the clips hold too
+    little audio to learn from."""
+    samples, seconds = [], 0.0
+    for i, entry in enumerate(entries):
+        item, length = sample(entry)
+        samples.append(item)
+        seconds += length
+        if progress is not None:
+            progress(i + 1, len(entries))
+    if seconds < MIN_TOTAL_SECONDS:
+        raise ValueError(f"training data: {seconds:.1f} s of audio in {len(samples)} clips; expected at least "
+                         f"{MIN_TOTAL_SECONDS:.0f} s")
+    return samples
 
 
 class S1Preparer:
@@ -172,17 +190,7 @@ class S1Preparer:
 
     def prepare(self, entries: Sequence[ListEntry],
                 progress: Callable[[int, int], None] | None = None) -> list[S1Sample]:
-        samples, seconds = [], 0.0
-        for i, entry in enumerate(entries):
-            sample, length = self.sample(entry)
-            samples.append(sample)
-            seconds += length
-            if progress is not None:
-                progress(i + 1, len(entries))
-        if seconds < MIN_TOTAL_SECONDS:
-            raise ValueError(f"training data: {seconds:.1f} s of audio in {len(samples)} clips; expected at least "
-                             f"{MIN_TOTAL_SECONDS:.0f} s")
-        return samples
+        return prepare_all(self.sample, entries, progress)
 
 
 def repeat_small(samples: Sequence[S1Sample]) -> list[S1Sample]:

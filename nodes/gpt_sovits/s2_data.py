@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...training.datasets import ListEntry
-from .s1_data import MAXX, ALPHA, MAX_SEC, MIN_TOTAL_SECONDS, SAMPLE_RATE, S1Preparer, clip_name, read_clip
+from .s1_data import MAXX, ALPHA, MAX_SEC, SAMPLE_RATE, S1Preparer, clip_name, prepare_all, read_clip
 from .s2_train import S2Batch
 from .sovits import linear_spectrogram
 
@@ -75,17 +75,7 @@ class S2Preparer:
 
     def prepare(self, entries: Sequence[ListEntry],
                 progress: Callable[[int, int], None] | None = None) -> list[S2Sample]:
-        samples, seconds = [], 0.0
-        for i, entry in enumerate(entries):
-            sample, length = self.sample(entry)
-            samples.append(sample)
-            seconds += length
-            if progress is not None:
-                progress(i + 1, len(entries))
-        if seconds < MIN_TOTAL_SECONDS:
-            raise ValueError(f"training data: {seconds:.1f} s of audio in {len(samples)} clips; expected at least "
-                             f"{MIN_TOTAL_SECONDS:.0f} s")
-        return samples
+        return prepare_all(self.sample, entries, progress)
 
 
 def collate(samples: Sequence[S2Sample]) -> S2Batch:
