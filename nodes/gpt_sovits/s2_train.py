@@ -348,18 +348,7 @@ def _fused_add_tanh_sigmoid_multiply(input_a: Tensor, input_b: Tensor, n_channel
 
 def wavenet(wn: WN, x: Tensor, x_mask: Tensor, g: Tensor) -> Tensor:
     """modules.WN.forward (dropout 0) through upstream's scripted gate."""
-    output = torch.zeros_like(x)
-    n_channels = torch.IntTensor([wn.hidden])
-    g = wn.cond_layer(g)
-    h, last = wn.hidden, len(wn.in_layers) - 1
-    for i, (in_layer, res_skip) in enumerate(zip(wn.in_layers, wn.res_skip_layers)):
-        acts = res_skip(_fused_add_tanh_sigmoid_multiply(in_layer(x), g[:, i * 2 * h:(i + 1) * 2 * h, :], n_channels))
-        if i < last:
-            x = (x + acts[:, :h, :]) * x_mask
-            output = output + acts[:, h:, :]
-        else:
-            output = output + acts
-    return output * x_mask
+    return wn(x, x_mask, g, gate=lambda a, b, h: _fused_add_tanh_sigmoid_multiply(a, b, torch.IntTensor([h])))
 
 
 def flow_forward(model: SynthesizerTrn, x: Tensor, x_mask: Tensor, g: Tensor) -> Tensor:

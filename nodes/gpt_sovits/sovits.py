@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -280,6 +281,12 @@ class TextEncoder(nn.Module):
 # ---- flow (module/modules.py WN, ResidualCouplingLayer) ----------------------------------------------------
 
 
+def tanh_sigmoid_gate(a: Tensor, b: Tensor, h: int) -> Tensor:
+    """WaveNet's gated activation (commons.fused_add_tanh_sigmoid_multiply)."""
+    x_in = a + b
+    return torch.tanh(x_in[:, :h, :]) * torch.sigmoid(x_in[:, h:, :])
+
+
 class WN(nn.Module):
     def __init__(self, hidden: int, kernel_size: int, layers: int, gin_channels: int) -> None:
         super().__init__()
@@ -290,13 +297,15 @@ class WN(nn.Module):
         self.res_skip_layers = nn.ModuleList(
             nn.Conv1d(hidden, 2 * hidden if i < layers - 1 else hidden, 1) for i in range(layers))
 
-    def forward(self, x: Tensor, x_mask: Tensor, g: Tensor) -> Tensor:
+    def forward(self, x: Tensor, x_mask: Tensor, g: Tensor, gate: Callable[[Tensor, Tensor, int], Tensor] | None = None
+                ) -> Tensor:
+        """`gate(a, b, h)`: tanh(a + b)[:h] * sigmoid(a + b)[h:] (training passes upstream's scripted one)."""
+        gate = gate or tanh_sigmoid_gate
         output = torch.zeros_like(x)
         g = self.cond_layer(g)
         h, last = self.hidden, len(self.in_layers) - 1
         for i, (in_layer, res_skip) in enumerate(zip(self.in_layers, self.res_skip_layers)):
-            x_in = in_layer(x) + g[:, i * 2 * h:(i + 1) * 2 * h, :]
-            acts = res_skip(torch.tanh(x_in[:, :h, :]) * torch.sigmoid(x_in[:, h:, :]))
+            acts = res_skip(gate(in_layer(x), g[:, i * 2 * h:(i + 1) * 2 * h, :], h))
             if i < last:
                 x = (x + acts[:, :h, :]) * x_mask
                 output = output + acts[:, h:, :]
