@@ -15,7 +15,7 @@ RATE, SECONDS = 44100, 4
 CASES: dict[str, dict] = {
     "zh_sentences": {"text": "今天是2024年3月15日，天气很好。我们下午三点去公园散步吧！你好。明天见，朋友们，记得带水和雨伞。",
                      "language": "zh", "reference_text": "你好，我是一二三。", "reference_seed": 26, "seed": 11},
-    "en_numbers": {"text": "Wait... On May 5th, 2024 I paid $19.99 for 3 books. That's 50% off!",
+    "en_numbers": {"text": "Wait... On May 5th, 2024 I paid $19.99 for 3 books-- that's 50% off!",
                    "language": "en", "reference_text": "Hello world, good day.", "reference_seed": 27, "seed": 12},
     "zh_again": {"text": "我们明天再见吧。你好，朋友，一路平安！", "language": "zh", "reference_text": "你好，我是一二三。",
                  "reference_seed": 26, "seed": 13, "again": True},
