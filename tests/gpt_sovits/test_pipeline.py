@@ -38,13 +38,18 @@ AUDIO_BOUND = 5e-3
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(tmp_path_factory, request):
+    # loaded with the tests' thread count: the weight-norm fold reduces per thread chunk, as upstream's
+    # per-forward norm does (recorded with one thread)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(request.config.getoption("--threads"))
     root = tmp_path_factory.mktemp("models")
     folder = tiny.write_folder(root / "gpt_sovits", "v2")
     write_lexicon_extra(folder.parent / "pretrained_models" / "text", EXPECTED["lexicon"])
     with pytest.MonkeyPatch.context() as mp, use_runtime(build_runtime()):
         mp.setenv("MIZUOTO_MODELS_DIR", str(root))
         (loaded,) = NODE_CLASS_MAPPINGS[ENGINE.loader_node]().load("tiny-v2", ENGINE.precisions[0], "auto")
+        torch.set_num_threads(threads)
         yield loaded
 
 
