@@ -193,8 +193,9 @@ def _options(pairs: list[str]) -> dict:
 
 
 def train(args: argparse.Namespace) -> int:
-    """Fine-tune a voice from a list file (GPT-SoVITS: the GPT stage) into a new voice folder beside the base
-    voice, with a terminal progress bar; the job's report (steps, updates, s/step, estimate) at the end."""
+    """Fine-tune a voice from a list file (GPT-SoVITS: the GPT stage, then with --sovits-epochs the SoVITS stage)
+    into a new voice folder beside the base voice, with a terminal progress bar; the job's report (steps,
+    updates, s/step, estimate) at the end."""
     from pathlib import Path
 
     from .training.job import Interrupted
@@ -214,7 +215,9 @@ def train(args: argparse.Namespace) -> int:
     try:
         job = spec.trainer.make_job(base=base, list_file=Path(args.list), save_name=args.name,
                                     audio_dir=Path(args.audio_dir) if args.audio_dir else None, epochs=args.epochs,
-                                    batch_size=args.batch_size, seed=args.seed, preset=args.preset, device=args.device)
+                                    batch_size=args.batch_size, seed=args.seed, preset=args.preset, device=args.device,
+                                    **({"sovits_epochs": args.sovits_epochs} if args.sovits_epochs else {}),
+                                    **({"discriminator": Path(args.discriminator)} if args.discriminator else {}))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if args.preset not in spec.trainer.presets:
@@ -564,7 +567,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", required=True, help="the list file: path|speaker|language|text per clip")
     p.add_argument("--audio-dir", help="the clips' folder (each path's base name inside it, as upstream)")
     p.add_argument("--name", required=True, help="the new voice's name (a folder beside the base voice)")
-    p.add_argument("--epochs", type=int, default=15, help="GPT epochs (default 15, upstream's webui)")
+    p.add_argument("--epochs", type=int, default=15, help="GPT epochs (default 15, upstream's webui; 0: SoVITS only)")
+    p.add_argument("--sovits-epochs", type=int, default=0,
+                   help="SoVITS epochs after the GPT's (upstream's webui: 8; default 0 keeps the base SoVITS)")
+    p.add_argument("--discriminator", default=None,
+                   help="a pretrained s2D*.pth for the SoVITS stage (default: seeded initialisation)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--preset", default="fast", help="memory preset: fast (upstream's recipe), balanced, low")

@@ -270,13 +270,24 @@ def chatterbox(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     return [(f"Chatterbox {h.name}", h) for h in e.handles]
 
 
+def vibevoice(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
+    """The published 0.5B config (tests/vibevoice records it); voices and tokenizer take no part in the units."""
+    from mizuoto.nodes.vibevoice.model import RealtimeConfig, VibeVoiceRealtime
+    from mizuoto.nodes.vibevoice.phases import VibeVoiceEngine
+    config = RealtimeConfig.from_dict(_real("vibevoice/fixtures/realtime_0.5b_structure.json")["config"])
+    with torch.device("meta"):
+        m = VibeVoiceRealtime(config).to(dtype)
+    e = VibeVoiceEngine(m, {"en-Carter_man": None}, None, _manager())
+    return [(f"VibeVoice-Realtime-0.5B {h.name}", h) for h in e.handles]
+
+
 # the models nobody here wrote, then our engines by engine id (tests check every registered engine is here)
 OTHERS: list[Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = [transformer, cosyvoice_hift, vits]
 ENGINES: dict[str, Callable[[torch.dtype], list[tuple[str, ModelHandle]]]] = {
     "hibari": hibari, "fish_speech": fish_speech, "f5_tts": f5_tts,
     "cosyvoice": lambda d: cosyvoice(d, 2) + cosyvoice(d, 3), "qwen3_tts": qwen3_tts, "omnivoice": omnivoice,
     "voxcpm": voxcpm, "gpt_sovits": gpt_sovits, "indextts2": indextts2, "kokoro": kokoro,
-    "chatterbox": chatterbox,
+    "chatterbox": chatterbox, "vibevoice": vibevoice,
 }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-SUITES = ["indextts2", "gpt_sovits", "cosyvoice", "fish_speech", "vibevoice", "test_shared_blocks.py"]   # recorded fixtures
+SUITES = ["indextts2", "gpt_sovits", "cosyvoice", "fish_speech", "vibevoice", "chatterbox", "test_shared_blocks.py"]   # recorded fixtures
 
 # Two machines unlike this one, each perturbing several things at once (every golden test in a fresh
 # interpreter costs ~40 s; `--slow` also runs each perturbation alone): a CPU without AVX (scalar ATen

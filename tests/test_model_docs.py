@@ -40,7 +40,7 @@ def test_every_engine_model_repository_and_licence_is_listed():
             assert f"### {name}\n" in part
             assert layout(downloads, f"models/TTS/{spec.engine_id}/{name}/") in part
             for d in downloads:
-                assert f"https://huggingface.co/{d.repo}" in part
+                assert f"({d.url})" in part
 
 
 def test_default_folder_stated_is_the_one_folders_uses(monkeypatch):

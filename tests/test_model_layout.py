@@ -34,7 +34,7 @@ def test_layout_lists_every_file_where_the_downloader_puts_it(spec, name):
     downloads = spec.models[name]
     tree = layout(downloads, f"{name}/")
     assert tree.splitlines()[0] == f"{name}/"
-    assert parse(tree) == {(d.destination(p), f"{d.repo}: {p}") for d in downloads for p in d.include}
+    assert parse(tree) == {(d.destination(p), f"{d.label}: {p}") for d in downloads for p in d.include}
     for d in downloads:
         if d.into:
             assert re.search(rf"^[|` ]*-- {re.escape(d.into.strip('/'))}/$", tree, re.M), d.into

@@ -129,6 +129,12 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(head_dim, eps)
         else:
             self.q_norm = self.k_norm = None
+        # eager: Hugging Face's eager attention (q k^T * scale + additive mask, float32 softmax, @ v) instead of
+        # SDPA, for models whose reference runs it; record_heads: keep those heads' probabilities of batch row
+        # 0 [H, T, keys] in `recorded` after each call (Chatterbox Multilingual's alignment guard reads them)
+        self.eager = False
+        self.record_heads: tuple[int, ...] | None = None
+        self.recorded: Tensor | None = None
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], cache: KVCache | None = None, layer: int = 0,
                 window: int | None = None, mask: Tensor | None = None) -> Tensor:
@@ -146,7 +152,9 @@ class Attention(nn.Module):
             k = k[:, :, None].expand(b, self.kv_heads, rep, *k.shape[2:]).reshape(b, self.heads, *k.shape[2:])
             v = v[:, :, None].expand(b, self.kv_heads, rep, *v.shape[2:]).reshape(b, self.heads, *v.shape[2:])
         keys = k.shape[2]
-        if mask is not None:    # an explicit mask (bidirectional models): boolean [B or 1, 1, T, keys], True = attend
+        if self.eager:
+            y = self.eager_attention(q, k, v, t, keys, window, mask)
+        elif mask is not None:    # an explicit mask (bidirectional models): boolean [B or 1, 1, T, keys], True = attend
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         elif window is not None and keys > 1 and (t > 1 or keys > window):
             mask = sliding_mask(t, keys, window, x.device)
@@ -160,6 +168,23 @@ class Attention(nn.Module):
         else:
             y = F.scaled_dot_product_attention(q, k, v)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+    def eager_attention(self, q: Tensor, k: Tensor, v: Tensor, t: int, keys: int, window: int | None,
+                        mask: Tensor | None) -> Tensor:
+        """transformers' `eager_attention_forward`: the same masks as the SDPA paths, added as 0 / dtype-min."""
+        if mask is None:
+            if window is not None and keys > 1 and (t > 1 or keys > window):
+                mask = sliding_mask(t, keys, window, q.device)
+            elif t > 1:
+                mask = torch.ones(t, keys, dtype=torch.bool, device=q.device).tril(keys - t)
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        if mask is not None:
+            scores = scores + torch.zeros(mask.shape, dtype=scores.dtype, device=q.device).masked_fill(
+                ~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        if self.record_heads is not None:
+            self.recorded = weights[0, list(self.record_heads)].detach()
+        return torch.matmul(weights, v)
 
 
 class SwiGLU(nn.Module):

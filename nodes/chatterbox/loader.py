@@ -31,14 +31,27 @@ T3_FILE, S3GEN_FILE, VE_FILE, TOKENIZER_FILE, CONDS_FILE = ("t3_cfg.safetensors"
                                                            "ve.safetensors", "tokenizer.json", "conds.pt")
 REQUIRED = (T3_FILE, S3GEN_FILE, VE_FILE, TOKENIZER_FILE)
 FILES = REQUIRED + (CONDS_FILE,)
+# Chatterbox Multilingual (upstream ChatterboxMultilingualTTS.from_local): its own T3, S3Gen and voice encoder
+# as torch pickles, the grapheme tokenizer; Cangjie5_TC.json maps Chinese characters to Cangjie codes (zh only)
+MTL_T3_FILE, MTL_S3GEN_FILE, MTL_VE_FILE, MTL_TOKENIZER_FILE, CANGJIE_FILE = (
+    "t3_mtl23ls_v2.safetensors", "s3gen.pt", "ve.pt", "grapheme_mtl_merged_expanded_v1.json", "Cangjie5_TC.json")
+MTL_REQUIRED = (MTL_T3_FILE, MTL_S3GEN_FILE, MTL_VE_FILE, MTL_TOKENIZER_FILE)
+MTL_FILES = MTL_REQUIRED + (CONDS_FILE, CANGJIE_FILE)
 HEAD_DIM = 64               # Llama_520M's head width
 SPEECH_VOCAB = 6561         # S3 speech tokens; the flow embeds exactly these
 
 
+def is_multilingual(folder: str | Path) -> bool:
+    """A folder holding the multilingual T3 is read as Chatterbox Multilingual."""
+    return (Path(folder) / MTL_T3_FILE).is_file()
+
+
 def missing_files(folder: str | Path) -> list[str]:
-    """What `folder` lacks to be a Chatterbox model ([] when complete; conds.pt is optional)."""
+    """What `folder` lacks to be a Chatterbox (or, with t3_mtl23ls_v2.safetensors, a Chatterbox Multilingual)
+    model ([] when complete; conds.pt and Cangjie5_TC.json are optional)."""
     folder = Path(folder)
-    return [name for name in REQUIRED if not (folder / name).is_file()]
+    required = MTL_REQUIRED if is_multilingual(folder) else REQUIRED
+    return [name for name in required if not (folder / name).is_file()]
 
 
 @dataclass
@@ -58,6 +71,8 @@ class ChatterboxBundle:
     ve: VoiceEncoder
     tokenizer: EnTokenizer
     voice: BuiltinVoice | None
+    multilingual: bool = False
+    cangjie: Path | None = None         # Cangjie5_TC.json when the folder has it (multilingual, for zh)
 
 
 def t3_config(path: Path) -> T3Config:
@@ -87,17 +102,28 @@ def t3_config(path: Path) -> T3Config:
                     perceiver_queries=dim("cond_enc.perceiver.pre_attention_query", 1))
 
 
-def load_s3gen(path: Path, dtype: torch.dtype) -> S3Gen:
+def read_state(path: Path) -> dict[str, Tensor]:
+    """A safetensors file's tensors (each cloned), or a torch pickle's state dict (weights-only)."""
+    if path.suffix == ".pt":
+        state = load_pickle(path)
+        if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, Tensor)
+                                                  for k, v in state.items()):
+            raise CheckpointError(f"Chatterbox: {path}: expected a state dict (names -> tensors)")
+        return {k: v.clone() for k, v in state.items()}
     from safetensors import safe_open
     try:
         with safe_open(str(path), framework="pt") as f:
             # cloned: safe_open's tensors can sit at any byte offset, and a misaligned weight takes other SIMD
             # paths (other summation orders) than the aligned copy upstream's load_state_dict makes
-            state = {k: f.get_tensor(k).clone() for k in f.keys()}
+            return {k: f.get_tensor(k).clone() for k in f.keys()}
     except FileNotFoundError:
         raise
     except Exception as e:      # safetensors raises its own error types for a damaged file
         raise CheckpointError(f"Chatterbox: {path}: not a readable safetensors file ({e})") from None
+
+
+def load_s3gen(path: Path, dtype: torch.dtype) -> S3Gen:
+    state = read_state(path)
     state = fold_weight_norm(state)
     for key in ("tokenizer._mel_filters", "tokenizer.window"):    # upstream's buffers, when a file has them
         state.pop(key, None)
@@ -148,14 +174,29 @@ def load_voice(path: Path, speaker_size: int = 256, embedding_size: int = 192) -
 def load_chatterbox(folder: str | Path, dtype: torch.dtype = torch.float32) -> ChatterboxBundle:
     folder = Path(folder)
     missing = missing_files(folder)
+    multilingual = is_multilingual(folder)
     if missing:
-        raise ModelFolderError(f"Chatterbox: {folder} lacks {', '.join(missing)} (download ResembleAI/chatterbox)")
-    t3_cfg = t3_config(folder / T3_FILE)
-    t3 = load_module(lambda: T3(t3_cfg), folder / T3_FILE, dtype).eval()
-    s3gen = load_s3gen(folder / S3GEN_FILE, dtype)
-    ve = load_module(VoiceEncoder, folder / VE_FILE, dtype).eval()
-    tokenizer = EnTokenizer(folder / TOKENIZER_FILE)
+        what = "Chatterbox Multilingual" if multilingual else "Chatterbox"
+        raise ModelFolderError(f"{what}: {folder} lacks {', '.join(missing)} (download ResembleAI/chatterbox)")
+    t3_file, s3gen_file, ve_file, tokenizer_file = MTL_REQUIRED if multilingual else REQUIRED
+    t3_cfg = t3_config(folder / t3_file)
+    if t3_cfg.is_multilingual != multilingual:
+        raise CheckpointError(f"Chatterbox: {folder / t3_file} has {t3_cfg.text_tokens_dict_size} text tokens; "
+                              f"expected {2454 if multilingual else 704} for the file name")
+    try:
+        t3 = load_module(lambda: T3(t3_cfg), folder / t3_file, dtype).eval()
+    except CheckpointError:
+        raise
+    except ValueError as e:      # too few layers or heads for the alignment guard
+        raise CheckpointError(f"{folder / t3_file}: {e}") from None
+    s3gen = load_s3gen(folder / s3gen_file, dtype)
+    if multilingual:
+        ve = load_module_from_state(VoiceEncoder, read_state(folder / ve_file), dtype, source=folder / ve_file).eval()
+    else:
+        ve = load_module(VoiceEncoder, folder / ve_file, dtype).eval()
+    tokenizer = EnTokenizer(folder / tokenizer_file)
     voice = None
     if (folder / CONDS_FILE).is_file():
         voice = load_voice(folder / CONDS_FILE, t3_cfg.speaker_embed_size, s3gen.config.campplus.embedding_size)
-    return ChatterboxBundle(folder, t3, s3gen, ve, tokenizer, voice)
+    cangjie = folder / CANGJIE_FILE if multilingual and (folder / CANGJIE_FILE).is_file() else None
+    return ChatterboxBundle(folder, t3, s3gen, ve, tokenizer, voice, multilingual, cangjie)

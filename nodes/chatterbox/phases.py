@@ -34,7 +34,7 @@ from ..pack.engine import Capabilities, Chunk, Engine, Option
 from .loader import SPEECH_VOCAB, ChatterboxBundle
 from .s3gen import SAMPLE_RATE, TOKENIZER_RATE, S3GenReference, embed_ref, flow_noise, trim_fade
 from .t3 import Sampling, generate
-from .text import text_tokens
+from .text import LANGUAGES, Cangjie, mtl_text_tokens, text_tokens
 from .voice_encoder import speaker_embedding
 
 ENC_COND_SECONDS, DEC_COND_SECONDS = 6, 10        # upstream ENC_COND_LEN / DEC_COND_LEN
@@ -62,6 +62,12 @@ class ChatterboxEngine(Engine):
         self.bundle = bundle
         self.capabilities = replace(type(self).capabilities,
                                     cloning="optional" if bundle.voice is not None else "required")
+        self.cangjie = None
+        if bundle.multilingual:
+            # "auto": no language tag, as upstream's generate(language_id=None); its repetition penalty is 2.0
+            self.capabilities = replace(self.capabilities, languages=("auto",) + LANGUAGES)
+            self.options = {**type(self).options, "repetition_penalty": Option(float, 2.0, 1.0, 5.0)}
+            self.cangjie = Cangjie(bundle.cangjie) if bundle.cangjie is not None else None
         unit = {"min_unit_bytes": min_unit_bytes}
         s3 = bundle.s3gen
         self.t3_handle = ModelHandle(bundle.t3, name="t3", kind="sequence", **unit)
@@ -73,7 +79,7 @@ class ChatterboxEngine(Engine):
         self.campplus_handle = ModelHandle(s3.speaker_encoder, name="speaker encoder", kind="oneshot", **unit)
         self.prompt_handles = [self.ve_handle, self.tokenizer_handle, self.campplus_handle]
         super().__init__(manager, [self.t3_handle, self.flow_handle, self.vocoder_handle] + self.prompt_handles,
-                         device, name or "Chatterbox")
+                         device, name or ("Chatterbox Multilingual" if bundle.multilingual else "Chatterbox"))
 
     # ---- estimates ------------------------------------------------------------------------------------------
     def conditioning_memory(self, seconds: float) -> int:
@@ -145,10 +151,21 @@ class ChatterboxEngine(Engine):
                 "gen_prompt_token": voice.gen.prompt_token, "gen_prompt_feat": voice.gen.prompt_feat,
                 "gen_embedding": voice.gen.embedding}
 
-    def speech_tokens(self, ctx: RequestContext, chunk: Chunk, prompt: dict[str, Any]) -> list[int]:
+    def text_ids(self, chunk: Chunk) -> Tensor:
+        """T3's text ids for the chunk (upstream `generate`'s punc_norm and tokenizer; the multilingual
+        model's per-language preprocessing and `[xx]` tag)."""
+        c = self.bundle.t3.config
+        if not self.bundle.multilingual:
+            return text_tokens(self.bundle.tokenizer, chunk.text, c.start_text_token, c.stop_text_token)
+        language = None if chunk.language == "auto" else chunk.language
+        return mtl_text_tokens(self.bundle.tokenizer, chunk.text, language, c.start_text_token, c.stop_text_token,
+                               self.cangjie)
+
+    def speech_tokens(self, ctx: RequestContext, chunk: Chunk, prompt: dict[str, Any],
+                      ids: Tensor | None = None) -> list[int]:
         t3 = self.bundle.t3
         c = t3.config
-        ids = text_tokens(self.bundle.tokenizer, chunk.text, c.start_text_token, c.stop_text_token)
+        ids = self.text_ids(chunk) if ids is None else ids
         if ids.numel() > c.max_text_tokens:
             raise ValueError(f"text: {ids.numel()} text tokens in one chunk; Chatterbox reads at most {c.max_text_tokens}")
         s = Sampling(temperature=self.option(chunk, "temperature"), top_p=self.option(chunk, "top_p"),
@@ -204,8 +221,9 @@ class ChatterboxEngine(Engine):
         return [self.prompt_handles, [self.t3_handle], [self.flow_handle], [self.vocoder_handle]]
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        ids = self.text_ids(chunk)      # a missing package or file for the language fails before the models run
         prompt = self.voice_prompt(ctx, chunk)
-        tokens = self.speech_tokens(ctx, chunk, prompt)
+        tokens = self.speech_tokens(ctx, chunk, prompt, ids)
         if not tokens:
             return torch.zeros(0)
         gen = S3GenReference(prompt["gen_prompt_token"], prompt["gen_prompt_feat"], prompt["gen_embedding"])

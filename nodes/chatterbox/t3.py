@@ -144,6 +144,8 @@ class T3(nn.Module):
         self.speech_pos_emb = LearnedPositions(c.max_speech_tokens + 2 + 2, c.hidden_size)
         self.text_head = nn.Linear(c.hidden_size, c.text_tokens_dict_size, bias=False)
         self.speech_head = nn.Linear(c.hidden_size, c.speech_tokens_dict_size, bias=False)
+        if c.is_multilingual:
+            use_alignment_heads(self)
 
     def conditioning(self, speaker_emb: Tensor, prompt_tokens: Tensor | None, emotion: float) -> Tensor:
         """Conditioning embeddings [1, L, D] (upstream `prepare_conditioning`)."""
@@ -189,7 +191,93 @@ class Sampling:
     max_new_tokens: int = 1000
 
 
-def choose(logits: Tensor, history: list[int], s: Sampling, generator: torch.Generator | None) -> int:
+# The multilingual model's alignment heads (upstream LLAMA_ALIGNED_HEADS: (layer, head)), in upstream's order.
+ALIGNED_HEADS = ((12, 15), (13, 11), (9, 2))
+
+
+class AlignmentGuard:
+    """Upstream's `AlignmentStreamAnalyzer` (multilingual T3 only): the mean attention of ALIGNED_HEADS over
+    the text positions tracks where the speech is in the text; it holds back the stop token until the last
+    three text tokens, and forces it on a long tail, an alignment repetition or one speech token twice in a
+    row. The attention is HF's eager one on every layer (upstream switches the whole Llama to eager to read
+    attention weights); one guard per generation, state in the instance.
+
+    Upstream fails (a max over no columns) once complete on a text of 5 tokens or fewer; here the alignment
+    repetition test is then false."""
+
+    def __init__(self, model: "T3", text_start: int, text_end: int) -> None:
+        layers = model.tfmr.layers
+        c = model.config
+        self.attentions = [layers[layer].self_attn for layer, _ in ALIGNED_HEADS]
+        self.heads = [h for _, h in ALIGNED_HEADS]
+        self.i, self.j = text_start, text_end
+        self.eos = c.stop_speech_token
+        self.alignment = torch.zeros(0, text_end - text_start)
+        self.frame = 0
+        self.text_position = 0
+        self.started = False
+        self.complete = False
+        self.completed_at: int | None = None
+        self.generated: list[int] = []
+
+    def release(self) -> None:
+        """Drop the last recorded attention from the layers (it is only read during a generation)."""
+        for module in self.attentions:
+            module.recorded = None
+
+    def step(self, logits: Tensor, last_token: int) -> Tensor:
+        """The [1, V] CFG logits after upstream's checks (the stop token held back or forced)."""
+        attn = []
+        for module, head in zip(self.attentions, self.heads):
+            rec = module.recorded
+            if rec is None:
+                raise RuntimeError("Chatterbox Multilingual: T3's alignment layers recorded no attention")
+            attn.append(rec[list(module.record_heads).index(head)].cpu())
+        aligned = torch.stack(attn).mean(dim=0)
+        i, j = self.i, self.j
+        chunk = (aligned[j:, i:j] if self.frame == 0 else aligned[:, i:j]).clone().cpu()
+        chunk[:, self.frame + 1:] = 0
+        self.alignment = torch.cat((self.alignment, chunk), dim=0)
+        a = self.alignment
+        t, s = a.shape
+        position = int(chunk[-1].argmax())
+        if -4 < position - self.text_position < 7:
+            self.text_position = position
+        false_start = (not self.started) and bool(a[-2:, -2:].max() > 0.1 or a[:, :4].max() < 0.5)
+        self.started = not false_start
+        self.complete = self.complete or self.text_position >= s - 3
+        if self.complete and self.completed_at is None:
+            self.completed_at = t
+        long_tail = self.complete and bool(a[self.completed_at:, -3:].sum(dim=0).max() >= 5)
+        repetition = self.complete and s > 5 and bool(a[self.completed_at:, :-5].max(dim=1).values.sum() > 5)
+        self.generated = (self.generated + [last_token])[-8:]
+        token_repetition = len(self.generated) >= 3 and len(set(self.generated[-2:])) == 1
+        if position < s - 3 and s > 5:
+            logits[..., self.eos] = -2 ** 15
+        if long_tail or repetition or token_repetition:
+            logits = -(2 ** 15) * torch.ones_like(logits)
+            logits[..., self.eos] = 2 ** 15
+        self.frame += 1
+        return logits
+
+
+def use_alignment_heads(model: "T3") -> None:
+    """Switch every attention of `model` to HF's eager form and record ALIGNED_HEADS (the multilingual T3)."""
+    c = model.config
+    if c.num_hidden_layers <= max(layer for layer, _ in ALIGNED_HEADS) or c.num_attention_heads <= max(
+            h for _, h in ALIGNED_HEADS):
+        raise ValueError(f"Chatterbox Multilingual: T3 has {c.num_hidden_layers} layers of "
+                         f"{c.num_attention_heads} heads; its alignment heads {ALIGNED_HEADS} need at least 14 "
+                         "layers of 16 heads")
+    for block in model.tfmr.layers:
+        block.self_attn.eager = True
+    for index, h in ALIGNED_HEADS:
+        attn = model.tfmr.layers[index].self_attn
+        attn.record_heads = tuple(sorted(set(attn.record_heads or ()) | {h}))
+
+
+def choose(logits: Tensor, history: list[int], s: Sampling, generator: torch.Generator | None,
+           guard: AlignmentGuard | None = None) -> int:
     """Upstream's per-step selection from the [2, V] cond/uncond logits (float32, on the CPU)."""
     logits = logits.float().cpu()
     if bool(torch.isnan(logits).any()):
@@ -197,7 +285,10 @@ def choose(logits: Tensor, history: list[int], s: Sampling, generator: torch.Gen
                                  "for it (try fp32)")
     cond, uncond = logits[0:1], logits[1:2]
     cfg = torch.as_tensor(s.cfg_weight, dtype=cond.dtype)
-    scores = repetition_penalty(cond + cfg * (cond - uncond), torch.tensor([history]), s.repetition_penalty)
+    mixed = cond + cfg * (cond - uncond)
+    if guard is not None:
+        mixed = guard.step(mixed, history[-1])
+    scores = repetition_penalty(mixed, torch.tensor([history]), s.repetition_penalty)
     if s.temperature != 1.0:
         scores = scores / s.temperature
     scores = top_p_filter(min_p_filter(scores, s.min_p), s.top_p)
@@ -207,15 +298,19 @@ def choose(logits: Tensor, history: list[int], s: Sampling, generator: torch.Gen
 def generate(model: T3, cond: Tensor, text_tokens: Tensor, s: Sampling, generator: torch.Generator | None,
              cache_kind: str = "dynamic", on_token: Callable[[int, int], None] | None = None) -> list[int]:
     """Speech tokens for `text_tokens` (start/stop text tokens included), the stop token last when drawn.
-    `on_token(done, limit)` runs after each token (progress; raise to cancel)."""
+    `on_token(done, limit)` runs after each token (progress; raise to cancel). The multilingual T3 runs
+    upstream's alignment guard (see AlignmentGuard)."""
     cache = make_cache(cache_kind)
     embeds = model.prefill_embeds(cond, text_tokens)
+    guard = None
+    if model.config.is_multilingual:
+        guard = AlignmentGuard(model, cond.shape[1], cond.shape[1] + text_tokens.numel())
     logits = model.logits(embeds, cache, 0)
     pos = embeds.shape[1]
     history = [model.config.start_speech_token]
     out: list[int] = []
     for i in range(s.max_new_tokens):
-        token = choose(logits, history, s, generator)
+        token = choose(logits, history, s, generator, guard)
         out.append(token)
         history.append(token)
         if on_token is not None:
@@ -224,4 +319,6 @@ def generate(model: T3, cond: Tensor, text_tokens: Tensor, s: Sampling, generato
             break
         logits = model.logits(model.speech_token_embeds(torch.tensor([token]), i + 1), cache, pos)
         pos += 1
+    if guard is not None:
+        guard.release()
     return out

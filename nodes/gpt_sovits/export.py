@@ -3,9 +3,10 @@
     <models>/TTS/gpt_sovits/<name>/
         <name>-e<epochs>.ckpt     s1_train.py's my_model_ckpt: {"weight": fp16 state dict under `model.`,
                                   "config": the training config, "info": "GPT-e<epochs>"}
-        <sovits>.pth              the SoVITS weights: the base voice's file, byte for byte, until the SoVITS
-                                  (s2) stage trains its own (upstream pairs a fine-tuned GPT with the
-                                  pretrained SoVITS the same way)
+        <sovits>.pth              the SoVITS weights: the trained ones (`sovits_checkpoint`, as
+                                  process_ckpt.savee writes them: <name>_e<epochs>_s<steps>.pth) when the
+                                  SoVITS (s2) stage ran, else the base voice's file byte for byte
+                                  (upstream pairs a fine-tuned GPT with the pretrained SoVITS the same way)
 
 The voice goes beside the base voice (same `pretrained_models/`); pieces the base folder holds inside
 itself (chinese-hubert-base/, text/, ...) are linked (or copied) in. Everything is written into a hidden
@@ -57,12 +58,20 @@ def _link_file(src: str | Path, dst: str | Path) -> None:
         shutil.copy2(src, dst)
 
 
+def sovits_checkpoint(weights: dict[str, Any], config: dict[str, Any], info: str) -> dict[str, Any]:
+    """process_ckpt.savee's dict: fp16 weights without `enc_q` (training only), the config, an info string.
+    The config is a plain dict (upstream pickles its utils.HParams; its loaders and ours read either)."""
+    weight = OrderedDict((k, v.detach().to("cpu").half()) for k, v in weights.items() if "enc_q" not in k)
+    return {"weight": weight, "config": config, "info": info}
+
+
 def export_voice(base_folder: Path, name: str, model: Text2Semantic, config: dict[str, Any], epochs: int,
-                 parent: Path | None = None) -> Path:
-    """The new voice folder `parent/name` (default: beside the base voice), written atomically."""
+                 parent: Path | None = None, sovits: tuple[str, dict[str, Any]] | None = None) -> Path:
+    """The new voice folder `parent/name` (default: beside the base voice), written atomically; `sovits`
+    (file name, sovits_checkpoint) replaces the base voice's SoVITS file (v2: a plain torch.save)."""
     check_name(name)
     base_folder = Path(base_folder)
-    _, sovits = pair(base_folder)
+    _, sovits_path = pair(base_folder)
     parent = Path(parent) if parent is not None else base_folder.parent
     target = parent / name
     if target.exists():
@@ -70,7 +79,10 @@ def export_voice(base_folder: Path, name: str, model: Text2Semantic, config: dic
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent))
     try:
         torch.save(gpt_checkpoint(model, config, epochs), tmp / f"{name}-e{epochs}.ckpt")
-        _link_file(sovits, tmp / sovits.name)
+        if sovits is None:
+            _link_file(sovits_path, tmp / sovits_path.name)
+        else:
+            torch.save(sovits[1], tmp / sovits[0])
         for piece in INSIDE:
             if (base_folder / piece).exists():
                 _link_or_copy(base_folder / piece, tmp / piece)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -75,6 +76,23 @@ def hubert_mix(wav32: Tensor) -> Tensor:
 def hubert_input(wav32: Tensor) -> Tensor:
     """The HuBERT input: the mix at 16 kHz (soxr HQ, librosa.resample's default)."""
     return resample(hubert_mix(wav32), SAMPLE_RATE, 16000, "soxr_hq")
+
+
+def prepare_all(sample: Callable[[ListEntry], tuple[Any, float]], entries: Sequence[ListEntry],
+                progress: Callable[[int, int], None] | None = None) -> list:
+    """`sample(entry)` -> (sample, seconds) for every entry, with progress; refused when the clips hold too
+    little audio to learn from."""
+    samples, seconds = [], 0.0
+    for i, entry in enumerate(entries):
+        item, length = sample(entry)
+        samples.append(item)
+        seconds += length
+        if progress is not None:
+            progress(i + 1, len(entries))
+    if seconds < MIN_TOTAL_SECONDS:
+        raise ValueError(f"training data: {seconds:.1f} s of audio in {len(samples)} clips; expected at least "
+                         f"{MIN_TOTAL_SECONDS:.0f} s")
+    return samples
 
 
 class S1Preparer:
@@ -137,13 +155,18 @@ class S1Preparer:
     def device(self) -> torch.device:
         return next(self.bundle.hubert.parameters()).device
 
-    def semantic(self, entry: ListEntry, wav32: Tensor) -> list[int]:
-        dtype = self.bundle.dtype
+    def features(self, entry: ListEntry, wav32: Tensor) -> Tensor:
+        """HuBERT's last hidden state of the clip [1, 768, T] (2-get-hubert-wav32k.py's 4-cnhubert file)."""
         with torch.inference_mode():
-            feats = self.bundle.hubert(hubert_input(wav32)[None].to(self.device, dtype))[-1]
+            feats = self.bundle.hubert(hubert_input(wav32)[None].to(self.device, self.bundle.dtype))[-1]
             if not torch.isfinite(feats).all():
                 raise ValueError(f"{clip_name(entry)}: HuBERT features are not finite (upstream skips the clip)")
-            codes = self.bundle.sovits.extract_latent(feats.transpose(1, 2))
+        return feats.transpose(1, 2)
+
+    def semantic(self, entry: ListEntry, wav32: Tensor) -> list[int]:
+        feats = self.features(entry, wav32)
+        with torch.inference_mode():
+            codes = self.bundle.sovits.extract_latent(feats)
         return codes.reshape(-1).cpu().tolist()
 
     def sample(self, entry: ListEntry) -> tuple[S1Sample, float]:
@@ -167,17 +190,7 @@ class S1Preparer:
 
     def prepare(self, entries: Sequence[ListEntry],
                 progress: Callable[[int, int], None] | None = None) -> list[S1Sample]:
-        samples, seconds = [], 0.0
-        for i, entry in enumerate(entries):
-            sample, length = self.sample(entry)
-            samples.append(sample)
-            seconds += length
-            if progress is not None:
-                progress(i + 1, len(entries))
-        if seconds < MIN_TOTAL_SECONDS:
-            raise ValueError(f"training data: {seconds:.1f} s of audio in {len(samples)} clips; expected at least "
-                             f"{MIN_TOTAL_SECONDS:.0f} s")
-        return samples
+        return prepare_all(self.sample, entries, progress)
 
 
 def repeat_small(samples: Sequence[S1Sample]) -> list[S1Sample]:

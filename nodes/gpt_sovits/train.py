@@ -1,11 +1,13 @@
-"""A GPT-SoVITS fine-tuning job: list file -> prepared samples -> GPT (s1) training -> a new voice folder.
+"""A GPT-SoVITS fine-tuning job: list file -> prepared samples -> GPT (s1) and SoVITS (s2) training -> a voice.
 
 `train_voice(S1Job(...))` runs in the calling process (`training.job.run_in_process` puts it in its own);
 the base voice is read with our loader, the clips prepared through its pieces (s1_data), the GPT trained
 with upstream's recipe (s1_train) in a resumable `TrainLoop`, and the voice exported atomically beside
 the base voice (export). Batches: the samples sorted by semantic length and cut into `batch_size` groups
 (upstream's bucket sampler groups by length too), their order shuffled each epoch from `seed`.
-The SoVITS of the new voice is the base voice's until the SoVITS (s2) stage lands.
+With `sovits_epochs` the SoVITS stage (s2_job: upstream's s2_train recipe) follows, from the same list
+file, and its weights are exported as the new voice's SoVITS file; without it the new voice pairs its GPT
+with the base voice's SoVITS file. `epochs` 0 trains the SoVITS alone (the base GPT is exported as is).
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ class S1Job:
     preset: str = "fast"
     device: str = "cpu"
     checkpoint: Path | None = None   # resumable job state (default: beside the base voice, hidden)
+    sovits_epochs: int = 0           # the SoVITS (s2) stage after the GPT's (0: keep the base SoVITS)
+    discriminator: Path | None = None   # a pretrained s2D*.pth for the SoVITS stage (else seeded init)
 
 
 @dataclass
@@ -62,9 +66,14 @@ class S1Result:
 
 def check_job(job: S1Job) -> None:
     check_name(job.save_name)
-    for name, value, top in (("epochs", job.epochs, MAX_EPOCHS), ("batch_size", job.batch_size, MAX_BATCH)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise ValueError(f"{name} = {value!r}; expected an integer from 1 to {top}")
+    for name, value, low, top in (("epochs", job.epochs, 0, MAX_EPOCHS), ("batch_size", job.batch_size, 1, MAX_BATCH),
+                                  ("sovits_epochs", job.sovits_epochs, 0, MAX_EPOCHS)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
+            raise ValueError(f"{name} = {value!r}; expected an integer from {low} to {top}")
+    if job.epochs == 0 and job.sovits_epochs == 0:
+        raise ValueError("epochs = 0 and sovits_epochs = 0: nothing to train; give one of them at least 1")
+    if job.discriminator is not None and not Path(job.discriminator).is_file():
+        raise ValueError(f"discriminator = {str(job.discriminator)!r}: no such file (an s2D*.pth)")
     resolve_tools(job.preset)
 
 
@@ -97,49 +106,70 @@ def method_info(model: torch.nn.Module, data: list[S1Batch]) -> MethodInfo:
 
 def train_voice(job: S1Job, progress: Callable[[str, int, int, float | None], None] | None = None,
                 interrupted: Callable[[], bool] = lambda: False) -> S1Result:
-    """Run the job; `progress(stage, done, total, loss)` for "prepare" and "train"."""
+    """Run the job: the GPT stage (`epochs` > 0), then the SoVITS stage (`sovits_epochs` > 0), then export;
+    `progress(stage, done, total, loss)` for "prepare", "train", "prepare sovits" and "train sovits"."""
     check_job(job)
     base = Path(job.base)
     ckpt_path, _ = pair(base)
     base_config = load_pickle(ckpt_path)["config"]
     bundle = load_gpt_sovits(base, torch.float32)
     entries = read_list(job.list_file, job.audio_dir)
-    samples = S1Preparer(bundle).prepare(
-        entries, progress=(lambda d, t: progress("prepare", d, t, None)) if progress else None)
-    model = bundle.t2s
-    pad = model.cfg.eos
-    data = batches(repeat_small(samples), job.batch_size, pad)
     tools = resolve_tools(job.preset)
-    info = method_info(model, data)
-    estimate = info.memory_mb(job.preset, job.batch_size)
     device = torch.device(job.device)
-    if device.type == "cuda":
-        check_fits(info, job.preset, job.batch_size, torch.cuda.mem_get_info(device)[0] / (1 << 20), str(device))
-    model = model.to(device).train()
-    model.requires_grad_(True)
-    optimizer = make_optimizer(model)
     options = (f"base={base.resolve()} list={Path(job.list_file).resolve()} clips={len(entries)} epochs={job.epochs} "
                f"batch_size={job.batch_size} seed={job.seed} preset={job.preset}")
-    recipe = S1Recipe(model, optimizer, float(base_config.get("model", {}).get("dropout", 0) or 0), tools, options)
+    model = bundle.t2s
+    losses: list[float] = []
+    steps = updates = 0
+    per_step = estimate = 0.0
+    numerics = [n for n in tools.numerics_changes() if not n.startswith("frozen")]   # both stages train everything
     checkpoint = Path(job.checkpoint) if job.checkpoint else base.parent / f".{job.save_name}.train-state.pt"
-    loop = TrainLoop(model, optimizer, data, None, tools, seed=job.seed,
-                     checkpoint=checkpoint, step=recipe.batch, extra=recipe)
-    if checkpoint.is_file():
-        try:
-            loop.resume()
-        except ValueError as e:
-            raise ValueError(f"save_name {job.save_name!r}: {e}; run it with those options to resume, or delete "
-                             f"{checkpoint} to start over") from None
-    steps = job.epochs * len(data)
-    start, first = time.perf_counter(), loop.step
-    loop.run(steps, progress=(lambda s, n, loss: progress("train", s, n, loss)) if progress else None,
-             interrupted=interrupted)
-    per_step = (time.perf_counter() - start) / max(1, loop.step - first)
+    if job.epochs:
+        samples = S1Preparer(bundle).prepare(
+            entries, progress=(lambda d, t: progress("prepare", d, t, None)) if progress else None)
+        data = batches(repeat_small(samples), job.batch_size, model.cfg.eos)
+        info = method_info(model, data)
+        estimate = info.memory_mb(job.preset, job.batch_size)
+        if device.type == "cuda":
+            check_fits(info, job.preset, job.batch_size, torch.cuda.mem_get_info(device)[0] / (1 << 20), str(device))
+        model = model.to(device).train()
+        model.requires_grad_(True)
+        optimizer = make_optimizer(model)
+        recipe = S1Recipe(model, optimizer, float(base_config.get("model", {}).get("dropout", 0) or 0), tools, options)
+        loop = TrainLoop(model, optimizer, data, None, tools, seed=job.seed,
+                         checkpoint=checkpoint, step=recipe.batch, extra=recipe)
+        if checkpoint.is_file():
+            try:
+                loop.resume()
+            except ValueError as e:
+                raise ValueError(f"save_name {job.save_name!r}: {e}; run it with those options to resume, or delete "
+                                 f"{checkpoint} to start over") from None
+        total = job.epochs * len(data)
+        start, first = time.perf_counter(), loop.step
+        if loop.step < total:
+            loop.run(total, progress=(lambda s, n, loss: progress("train", s, n, loss)) if progress else None,
+                     interrupted=interrupted)
+        per_step = (time.perf_counter() - start) / max(1, loop.step - first)
+        losses, steps, updates = list(loop.losses), loop.step, recipe.updates
+    sovits = None
+    if job.sovits_epochs:
+        from .s2_job import train_sovits       # the SoVITS stage's modules only when it runs
+        if job.epochs:          # the finished GPT stage's state stays until the job is done (a resume skips it)
+            loop.save()
+        s2 = train_sovits(base, bundle, entries, save_name=job.save_name, epochs=job.sovits_epochs,
+                          batch_size=job.batch_size, seed=job.seed, tools=tools, device=job.device,
+                          checkpoint=checkpoint.with_name(checkpoint.name.replace(".train-state", ".sovits-state")),
+                          discriminator=job.discriminator, options=options + f" sovits_epochs={job.sovits_epochs}",
+                          progress=progress, interrupted=interrupted)
+        sovits = s2.checkpoint
+        losses, steps = losses + s2.losses, steps + s2.steps
+        per_step = per_step if job.epochs else s2.seconds_per_step
+        estimate = max(estimate, s2.estimate_mb)
+        numerics += s2.notes
     config: dict[str, Any] = {**S1LONGER_V2, "model": dict(base_config["model"])}
     config["train"] = {**config["train"], "epochs": job.epochs, "batch_size": job.batch_size, "seed": job.seed,
                        "exp_name": job.save_name}
-    model.eval()
-    voice = export_voice(base, job.save_name, model.to("cpu"), config, job.epochs)
+    voice = export_voice(base, job.save_name, model.eval().to("cpu"), config, job.epochs, sovits=sovits)
     checkpoint.unlink(missing_ok=True)
-    numerics = [n for n in tools.numerics_changes() if not n.startswith("frozen")]   # s1 trains every parameter
-    return S1Result(voice, list(loop.losses), loop.step, recipe.updates, per_step, estimate, numerics)
+    checkpoint.with_name(checkpoint.name.replace(".train-state", ".sovits-state")).unlink(missing_ok=True)
+    return S1Result(voice, losses, steps, updates, per_step, estimate, numerics)

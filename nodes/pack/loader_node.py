@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..formats import folders
-from ..formats.download import DownloadError, HuggingFaceSource, LocalSource, download_model, download_plan, layout
+from ..formats.download import DownloadError, Hubs, LocalSource, download_model, download_plan, layout
 from .pack_runtime import get_runtime
 from .pipeline import LoadedModel
 from .registry import PRECISIONS, EngineSpec, LoadRequest
@@ -25,9 +25,9 @@ DEVICES = ["auto", "cpu"]
 
 
 def hub_source():
-    """The Hugging Face hub, or a local mirror folder named by $MIZUOTO_HUB_MIRROR (tests, offline)."""
+    """The hubs the downloads name, or a local mirror folder named by $MIZUOTO_HUB_MIRROR (tests, offline)."""
     mirror = os.environ.get("MIZUOTO_HUB_MIRROR")
-    return LocalSource(mirror) if mirror else HuggingFaceSource()
+    return LocalSource(mirror) if mirror else Hubs()
 
 
 def local_models(spec: EngineSpec) -> list[str]:

@@ -29,7 +29,21 @@ NOTES: MappingProxyType[str, str] = MappingProxyType({
         "conds.pt 107,374 B, tokenizer.json 25,470 B; sizes as a third party lists them, not checked here; the "
         "download checks each file against the hub's own sha256). `conds.pt` is the built-in voice: without it "
         "every request needs reference audio. **Outputs are not watermarked**: upstream embeds an inaudible "
-        "Perth watermark (`resemble-perth`) in every output; this engine does not."),
+        "Perth watermark (`resemble-perth`) in every output; this engine does not.\n\n"
+        "`chatterbox_multilingual` is Chatterbox Multilingual from the same repository (the files "
+        "`ChatterboxMultilingualTTS.from_pretrained` takes: t3_mtl23ls_v2.safetensors, s3gen.pt, ve.pt, "
+        "grapheme_mtl_merged_expanded_v1.json, conds.pt, Cangjie5_TC.json; sizes not checked here, the download "
+        "checks each file against the hub's sha256). Pick the language on Speak (23 codes; `auto` = no "
+        "language tag, as upstream without `language_id`). Japanese needs `pip install pykakasi` and Chinese "
+        "`pip install spacy-pkuseg` (both upstream dependencies; a clear error names them otherwise); Hebrew "
+        "diacritics and Russian stress marks are skipped, as upstream does without its optional dicta-onnx and "
+        "russian-text-stresser."),
+    "vibevoice": (
+        "The model repository holds no voices: Microsoft publishes the Realtime model's voice presets (prefilled "
+        "caches of a spoken prompt, not audio, so the model cannot clone an arbitrary recording) in the VibeVoice "
+        "GitHub repository. The loader downloads them from the pinned commit into `voices/` and checks each against "
+        "its git blob id (13 also against a pinned sha256); any `voices/<name>.pt` in upstream's format works, "
+        "named `<name>` in the voice list. The tokenizer is Qwen2.5-0.5B's, as upstream's processor loads it."),
     "hibari": (
         "Nothing to download: the weights (ONNX) and G2P lexicons ship inside the PyPI package `hibari-tts`, "
         "which `install.py` installs (ComfyUI-Manager runs it). The loader takes no model folder."),
@@ -97,7 +111,7 @@ def engine_section(spec: EngineSpec) -> list[str]:
               "missing one):", ""]
     for name, downloads in spec.models.items():
         lines += [f"### {name}", "", "| repository | files | they go to |", "|---|---|---|"]
-        lines += [f"| [{d.repo}](https://huggingface.co/{d.repo}) | {_files(d)} | {_lands(d)} |" for d in downloads]
+        lines += [f"| [{d.label}]({d.url}) | {_files(d)} | {_lands(d)} |" for d in downloads]
         lines += ["", "```", layout(downloads, f"models/TTS/{spec.engine_id}/{name}/"), "```", ""]
     return lines
 
@@ -125,12 +139,14 @@ folders are (`nodes/formats/folders.py`):
   folder itself: it holds `<engine>/<model>/`), else `~/.cache/mizuoto/models/TTS/`.
 
 Symbolic links placed inside a TTS folder (models kept on another drive) are followed. Downloads come
-from the Hugging Face hub (through `huggingface_hub`, which ComfyUI ships; `$MIZUOTO_HUB_MIRROR` names a
-local mirror folder instead), land in a hidden `.<model>.partial-*` folder and are renamed into place only
-when every file is complete and verified.
+from the Hugging Face hub (through `huggingface_hub`, which ComfyUI ships) and, for the few files a model
+card points to on GitHub, from that repository at a pinned commit (each file checked against its git blob
+id); `$MIZUOTO_HUB_MIRROR` names a local mirror folder instead. They land in a hidden
+`.<model>.partial-*` folder and are renamed into place only when every file is complete and verified.
 
-In the trees below, `<- repository: path` names the hub file each entry comes from; `*` matches any
-file name (`*` alone: every file of the repository).
+In the trees below, `<- repository: path` names the hub file each entry comes from
+(`github.com/<owner>/<name>@<commit>` for GitHub); `*` matches any file name (`*` alone: every file of
+the repository).
 
 """
 

@@ -47,7 +47,8 @@ class Trainer:
     """How an engine fine-tunes a voice (the Train Voice node and `python -m mizuoto train` call these).
 
     make_job(base=Path, list_file=Path, audio_dir=Path | None, save_name=str, epochs=int, batch_size=int,
-             seed=int, preset=str, device=str) -> a picklable job, its options checked (ValueError naming one)
+             seed=int, preset=str, device=str[, sovits_epochs=int, discriminator=Path: GPT-SoVITS's second
+             stage]) -> a picklable job, its options checked (ValueError naming one)
     run(job, progress=None, interrupted=None) -> a result with .voice (the new folder), .losses, .steps,
              .updates, .seconds_per_step, .estimate_mb, .numerics; module level (the job process imports it);
              progress(stage, done, total, loss | None); raises training.job.Interrupted when interrupted()

@@ -3,7 +3,8 @@ its own process with the device held, and outputs the new voice (ready for Speak
 
     Training Dataset (Mizuoto)   list_file (path|speaker|language|text), audio_folder -> MIZUOTO_DATASET
     Train Voice (Mizuoto)        engine, base_model, dataset, preset, gpt_epochs, batch_size, seed,
-                                 save_name -> MIZUOTO_TTS (the new voice), IMAGE (loss per step)
+                                 save_name (+ sovits_epochs) -> MIZUOTO_TTS (the new voice), IMAGE (loss
+                                 per step: the GPT's, then the SoVITS generator's)
 
 The job (nodes/gpt_sovits/train.py) runs through `training.job.run_in_process` with the allocator
 settings in its environment; for its life the pack's ModelManager holds the device (inference there
@@ -159,14 +160,20 @@ class MizuotoTrainVoice:
             "dataset": ("MIZUOTO_DATASET",),
             "preset": (presets, {"default": "fast", "tooltip": "fast: upstream's recipe exactly; balanced: "
                                  "bf16 autocast; low: also gradient checkpointing"}),
-            "gpt_epochs": ("INT", {"default": 15, "min": 1, "max": 10_000}),
+            "gpt_epochs": ("INT", {"default": 15, "min": 0, "max": 10_000,
+                                    "tooltip": "0 trains the SoVITS stage alone"}),
             "batch_size": ("INT", {"default": 8, "min": 1, "max": 512}),
             "seed": ("INT", {"default": 1234, "min": 0, "max": 2**31 - 1}),
             "save_name": ("STRING", {"default": "my_voice"}),
+        }, "optional": {
+            "sovits_epochs": ("INT", {"default": 0, "min": 0, "max": 10_000,
+                                      "tooltip": "epochs of the SoVITS stage after the GPT's (upstream's webui: 8); "
+                                                 "0 keeps the base voice's SoVITS"}),
         }, "hidden": {"unique_id": "UNIQUE_ID"}}
 
     def train(self, engine: str, base_model: str, dataset: TrainingDataset, preset: str, gpt_epochs: int,
-              batch_size: int, seed: int, save_name: str, unique_id: Any = None) -> tuple[Any, Any]:
+              batch_size: int, seed: int, save_name: str, unique_id: Any = None,
+              sovits_epochs: int = 0) -> tuple[Any, Any]:
         from ...runtime.allocator import allocator_env
 
         specs = trainable()
@@ -184,7 +191,8 @@ class MizuotoTrainVoice:
         device = runtime.device
         job = spec.trainer.make_job(base=base, list_file=dataset.list_file, save_name=save_name,
                                     audio_dir=dataset.audio_dir, epochs=gpt_epochs, batch_size=batch_size, seed=seed,
-                                    preset=preset, device=str(device))
+                                    preset=preset, device=str(device), **({"sovits_epochs": sovits_epochs}
+                                                                           if sovits_epochs else {}))
         bar = progress_bar(unique_id)
 
         def progress(stage: str, done: int, total: int, loss: float | None) -> None:

@@ -203,13 +203,13 @@ def tiny_s3gen_classes():
         model_v2.S3TokenizerV2.__init__.__defaults__, cs3.S3Tokenizer.__init__.__defaults__ = defaults
 
 
-def upstream_s3gen():
-    """Upstream's S3Token2Wav (S3Gen) at tiny.TINY_S3GEN, weights tiny.fill_s3gen by name."""
+def upstream_s3gen(exact: bool = False):
+    """Upstream's S3Token2Wav (S3Gen) at tiny.TINY_S3GEN, weights tiny.fill_s3gen(exact=exact) by name."""
     from chatterbox.models.s3gen import s3gen as m
     with tiny_s3gen_classes():
         model = m.S3Token2Wav().eval()
     shapes = {k: list(v.shape) for k, v in model.state_dict().items() if k not in model.ignore_state_dict_missing}
-    missing, unexpected = model.load_state_dict(tiny.fill_s3gen(shapes), strict=False)
+    missing, unexpected = model.load_state_dict(tiny.fill_s3gen(shapes, exact=exact), strict=False)
     assert sorted(missing) == sorted(model.ignore_state_dict_missing) and not unexpected, (missing, unexpected)
     return model, shapes
 
@@ -233,6 +233,65 @@ def s3gen_case() -> dict:
     return {"upstream": "chatterbox-tts==0.1.7", "state_shapes": shapes,
             **recorded, "flow_mel": mel.clone(), "hift_wav": hift.clone(),
             "wav": full.clone()}
+
+
+def s3gen64_case() -> dict:
+    """The flow run in float64 by upstream's own code (as tests/cosyvoice/make_fixtures.py float64_run): the
+    modules `.double()` with weights that are the same on every CPU (tiny.fill_s3gen(exact=True)), the recorded
+    float32 reference of golden_s3gen.pt cast to float64, the flow's randn_like(mu) replaced by
+    tiny.exact_normal float64 noise, and no float32 left: every `.float()` gives float64 (the
+    timestep embedding's `arange(half).float()` frequencies, the casts of results), `mask_to_bias` accepts
+    float64 (its body unchanged), the ESPnet relative positional tables (float32 aranges at construction) are
+    remade in float64 by the same code. HiFT has no float64 run upstream (its sine source builds float32
+    tensors that its linear layer then refuses): only the mel is recorded."""
+    import inspect
+    import textwrap
+
+    from chatterbox.models.s3gen import decoder
+    from chatterbox.models.s3gen.transformer import embedding
+
+    def mask_to_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        assert mask.dtype == torch.bool
+        return (1.0 - mask.to(dtype)) * -1.0e+10
+
+    src = textwrap.dedent(inspect.getsource(embedding.EspnetRelPositionalEncoding.extend_pe))
+    for old, new in (("dtype=torch.float32", "dtype=x.dtype"),
+                     ("torch.zeros(x.size(1), self.d_model)", "torch.zeros(x.size(1), self.d_model, dtype=x.dtype)")):
+        assert old in src, old
+        src = src.replace(old, new)
+    scope: dict = {}
+    exec(src, vars(embedding), scope)
+    model, _ = upstream_s3gen(exact=True)
+    model = model.double()
+    for m in model.modules():
+        if isinstance(m, embedding.EspnetRelPositionalEncoding):
+            length = (m.pe.size(1) + 1) // 2
+            m.pe = None
+            scope["extend_pe"](m, torch.zeros(1, length, dtype=torch.float64))
+    rec = torch.load(Path(__file__).parent / "golden_s3gen.pt", weights_only=True)
+    ref = {"prompt_token": rec["prompt_token"], "prompt_token_len": torch.tensor([rec["prompt_token"].shape[1]]),
+           "prompt_feat": rec["prompt_feat"].double(), "prompt_feat_len": None,
+           "embedding": rec["embedding"].double()}
+    tokens = tiny.s3gen_tokens()
+    noise = tiny.exact_normal((1, 80, 2 * (ref["prompt_token"].shape[1] + tokens.shape[1])),
+                              torch.Generator().manual_seed(41), torch.float64)
+    drawn = []
+
+    def randn_like(x, *args, **kwargs):      # the flow's one draw: the CPU-independent noise
+        assert x.shape == noise.shape and x.dtype == torch.float64, (x.shape, x.dtype)
+        drawn.append(1)
+        return noise.clone()
+
+    saved = torch.Tensor.float, decoder.mask_to_bias, torch.randn_like
+    torch.Tensor.float, decoder.mask_to_bias = (lambda self, *a, **k: self.double(*a, **k)), mask_to_bias
+    torch.randn_like = randn_like
+    try:
+        with torch.inference_mode():
+            mel = model.flow_inference(tokens, ref_dict=ref, finalize=True)
+    finally:
+        torch.Tensor.float, decoder.mask_to_bias, torch.randn_like = saved
+    assert mel.dtype == torch.float64 and drawn == [1], (mel.dtype, drawn)
+    return {"upstream": "chatterbox-tts==0.1.7", "flow_mel": mel.clone()}
 
 
 def real_s3gen_shapes() -> dict[str, list[int]]:
@@ -286,8 +345,70 @@ def pipeline_case(folder: Path) -> dict:
     return out
 
 
+def mtl_text_case(folder: Path) -> dict:
+    """Upstream MTLTokenizer on the tiny grapheme tokenizer, as installed without the optional packages
+    (no dicta-onnx, russian-text-stresser; spacy-pkuseg absent here too, so the Cangjie conversion is
+    recorded unsegmented), and the multilingual punc_norm."""
+    from chatterbox import mtl_tts
+    from chatterbox.models.tokenizers import tokenizer as tk
+    tk.hf_hub_download = lambda repo_id, filename, cache_dir=None: str(Path(cache_dir) / filename)
+    mtl = tk.MTLTokenizer(str(folder / "grapheme_mtl_merged_expanded_v1.json"))
+    assert mtl.cangjie_converter.segmenter is None and mtl.cangjie_converter.word2cj
+    cases = [{"language": lang, "text": text, "norm": mtl_tts.punc_norm(text),
+              "ids": mtl.encode(mtl_tts.punc_norm(text), language_id=lang)} for lang, text in tiny.MTL_TEXTS]
+    cangjie = [{"text": t, "out": mtl.cangjie_converter(t)} for t in tiny.CANGJIE_TEXTS]
+    import pykakasi  # noqa: F401  (pykakasi==2.3.0, chatterbox-tts's pin: Japanese is recorded with it)
+    ja = [{"text": t, "kana": tk.hiragana_normalize(mtl.preprocess_text(t)),
+           "ids": mtl.encode(mtl_tts.punc_norm(t), language_id="ja")} for t in tiny.JA_TEXTS]
+    return {"upstream": "chatterbox-tts==0.1.7", "encode": cases, "cangjie": cangjie, "ja": ja}
+
+
+def mtl_pipeline_case(folder: Path) -> dict:
+    """Upstream `ChatterboxMultilingualTTS.from_local(folder).generate(text, language_id=...)` on
+    tiny.write_mtl_folder's files (the built-in voice), watermark off, T3.inference's max_new_tokens forced
+    to tiny.FOLDER_T3_TOKENS; torch.manual_seed(seed) before each generate."""
+    from chatterbox.models.t3 import llama_configs, t3
+    from chatterbox.models.t3.modules import cond_enc
+    from chatterbox.models.t3.modules.perceiver import Perceiver
+    from chatterbox.models.tokenizers import tokenizer as tk
+    tk.hf_hub_download = lambda repo_id, filename, cache_dir=None: str(Path(cache_dir) / filename)
+    sys.modules["perth"].PerthImplicitWatermarker = NoWatermark
+    llama_configs.LLAMA_CONFIGS["Llama_520M"] = tiny.MTL_LLAMA
+    cond_enc.Perceiver = functools.partial(Perceiver, **tiny.MTL_PERCEIVER)
+    drawn: list[list[int]] = []
+    inference = t3.T3.inference
+
+    def capped(self, *args, **kwargs):
+        out = inference(self, *args, **{**kwargs, "max_new_tokens": tiny.FOLDER_T3_TOKENS})
+        drawn.append(out[0].tolist())
+        return out
+
+    t3.T3.inference = capped
+    from chatterbox.mtl_tts import ChatterboxMultilingualTTS
+    with tiny_s3gen_classes():
+        model = ChatterboxMultilingualTTS.from_local(folder, "cpu")
+    out = {}
+    for name, language, text, exaggeration, seed, options in tiny.MTL_PIPELINE_CASES:
+        torch.manual_seed(seed)
+        wav = model.generate(text, language_id=language, exaggeration=exaggeration, **options)
+        out[name] = {"tokens": drawn[-1], "wav": wav[0].clone()}
+    return out
+
+
 def main() -> None:
     import tempfile
+    if sys.argv[1:2] in (["mtl_pipeline"], ["mtl_text"]):
+        # mtl_pipeline|mtl_text FOLDER [OUT]: FOLDER written by tiny.write_mtl_folder in the project's venv
+        folder = Path(sys.argv[2])
+        if sys.argv[1] == "mtl_text":
+            path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_mtl_text.json"
+            path.write_text(json.dumps(mtl_text_case(folder), ensure_ascii=False, indent=0) + "\n")
+        else:
+            path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_mtl_pipeline.pt"
+            torch.set_num_threads(1)
+            torch.save(mtl_pipeline_case(folder), path)
+        print(path)
+        return
     if sys.argv[1:] == ["real_s3gen"]:
         path = Path(__file__).parent / "real_s3gen.json"
         path.write_text(json.dumps(real_s3gen_shapes(), indent=0) + "\n")
@@ -300,6 +421,12 @@ def main() -> None:
         path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_pipeline.pt"
         torch.set_num_threads(1)
         torch.save(pipeline_case(folder), path)
+        print(path)
+        return
+    if sys.argv[1:2] == ["s3gen64"]:   # optional second argument: where to write
+        path = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent / "golden_s3gen64.pt"
+        torch.set_num_threads(1)
+        torch.save(s3gen64_case(), path)
         print(path)
         return
     if sys.argv[1:2] == ["s3gen"]:     # optional second argument: where to write (the live test's copy)

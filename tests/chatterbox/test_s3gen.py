@@ -138,3 +138,30 @@ def test_real_size_structure_is_upstreams() -> None:
         model = S3Gen(config)
         folded = fold_weight_norm({k: torch.empty(v) for k, v in real.items()})
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == {k: tuple(v.shape) for k, v in folded.items()}
+
+
+# The float64 flow (make_fixtures.py s3gen64: golden_s3gen64.pt) against ours in float64: weights and noise
+# from integer draws (tiny.exact_normal: the same on every CPU, where torch.randn's float32 values differ in
+# the last bit between CPUs), golden_s3gen.pt's stored float32 reference cast, so what is left is float64
+# rounding through the conformer and 10 Euler steps. Measured: 0 here, <= 1.2e-15 of the max-abs under the
+# perturbations of tests/test_golden_travel.py; 1e-9 allows x1e6.
+FLOW64_BOUND = 1e-9
+
+
+@pytest.mark.golden
+def test_flow_float64_matches_upstream() -> None:
+    expected = recorded()
+    shapes = expected["state_shapes"]
+    model = S3Gen(s3gen_config(shapes)).eval()
+    model.load_state_dict(fold_weight_norm(tiny.fill_s3gen(shapes, exact=True)), strict=True)
+    model = model.double()
+    tokens = tiny.s3gen_tokens()
+    prompt = expected["prompt_token"]
+    with torch.inference_mode():
+        noise = tiny.exact_normal((1, 80, 2 * (prompt.shape[1] + tokens.shape[1])), torch.Generator().manual_seed(41),
+                                  torch.float64)
+        mel = model.flow.mel(tokens, prompt, expected["prompt_feat"].double(), expected["embedding"].double(), None,
+                             noise=noise)
+    want = recorded(HERE / "golden_s3gen64.pt")["flow_mel"]
+    assert mel.dtype == torch.float64 and want.dtype == torch.float64
+    golden.assert_close(mel, want, FLOW64_BOUND, "float64 flow mel")

@@ -62,3 +62,34 @@ def test_real_size_structure_is_upstreams(variant: str, text_vocab: int) -> None
         model = T3(T3Config(text_tokens_dict_size=text_vocab))
     assert {k: list(v.shape) for k, v in model.state_dict().items()} == real
     assert model.config.is_multilingual == (variant == "multilingual")
+
+
+def test_eager_attention_is_hf_eager_and_records_heads() -> None:
+    """blocks.transformer.Attention's eager path (the multilingual T3's): HF's eager formula, the same causal
+    masks as SDPA (prefill, prefill after a cache, one new position), recorded heads of row 0."""
+    from mizuoto.nodes.blocks.transformer import Attention, RotaryEmbedding
+    from mizuoto.runtime.lm.cache import make_cache
+    torch.manual_seed(0)
+    attn = Attention(32, 4, 2, 16).eval()
+    rope = RotaryEmbedding(16)
+    x = torch.randn(2, 7, 32)
+    sdpa_cache, eager_cache = make_cache("dynamic"), make_cache("dynamic")
+    with torch.inference_mode():
+        want = [attn(x[:, :5], rope(torch.arange(5), x.dtype), sdpa_cache),
+                attn(x[:, 5:6], rope(torch.arange(5, 6), x.dtype), sdpa_cache),
+                attn(x[:, 6:7], rope(torch.arange(6, 7), x.dtype), sdpa_cache)]
+        attn.eager, attn.record_heads = True, (1, 3)
+        got = [attn(x[:, :5], rope(torch.arange(5), x.dtype), eager_cache)]
+        first = attn.recorded
+        got += [attn(x[:, 5:6], rope(torch.arange(5, 6), x.dtype), eager_cache),
+                attn(x[:, 6:7], rope(torch.arange(6, 7), x.dtype), eager_cache)]
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    assert first.shape == (2, 5, 5) and torch.equal(first.triu(1), torch.zeros(2, 5, 5))   # causal
+    torch.testing.assert_close(first.sum(-1), torch.ones(2, 5))
+    assert attn.recorded.shape == (2, 1, 7)
+    with torch.inference_mode():      # after a cache: each new query sees the past and itself
+        cache = make_cache("dynamic")
+        attn(x[:, :3], rope(torch.arange(3), x.dtype), cache)
+        attn(x[:, 3:6], rope(torch.arange(3, 6), x.dtype), cache)
+    assert torch.equal(attn.recorded[0] > 0, torch.ones(3, 6, dtype=torch.bool).tril(3))

@@ -89,11 +89,18 @@ TINY_S3GEN = dict(
 S3GEN_TOKENS = 30        # speech tokens of the S3Gen cases (1.2 s of audio)
 
 
-def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31) -> dict[str, torch.Tensor]:
+def exact_normal(shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Unit-variance noise that is the same on every CPU: integer draws (torch.randn's float32 Box-Muller takes
+    other vectorised sin/log paths per CPU, a last-bit difference) scaled to a uniform on [-sqrt 3, sqrt 3]."""
+    u = torch.randint(0, 2 ** 24, tuple(shape), generator=generator, dtype=torch.int64).double() / 2 ** 23 - 1
+    return (u * 3 ** 0.5).to(dtype)
+
+
+def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31, exact: bool = False) -> dict[str, torch.Tensor]:
     """Random S3Gen weights by name at a well-conditioned scale (rows ~ unit norm), so the 10 Euler
     steps, the HiFT resblocks and CAM++'s batch norms stay in range: batch-norm variances positive,
     weight-norm gains near 1, the f0 head's bias at 150 Hz so the sine source is voiced, HiFT's last conv
-    small so its output stays mostly below the 0.99 clip."""
+    small so its output stays mostly below the 0.99 clip. `exact`: exact_normal draws (the float64 golden)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     for k in sorted(shapes):
@@ -101,7 +108,7 @@ def fill_s3gen(shapes: dict[str, list[int]], seed: int = 31) -> dict[str, torch.
         if k.endswith("num_batches_tracked"):
             out[k] = torch.zeros(shape, dtype=torch.long)
             continue
-        r = torch.randn(shape, generator=g)
+        r = exact_normal(shape, g) if exact else torch.randn(shape, generator=g)
         if k.endswith("running_var"):
             out[k] = 1 + 0.5 * r.abs()
         elif k.endswith("f0_predictor.classifier.bias"):
@@ -231,3 +238,87 @@ def stereo_reference(seed: int = 12, seconds: float = 2.0) -> torch.Tensor:
     left = voiced * env + 0.03 * torch.randn(n, generator=g, dtype=torch.float64) * env
     right = 0.8 * left + 1e-3 * torch.randn(n, generator=g, dtype=torch.float64)
     return torch.stack([left, right]).float()
+
+
+# ---- a tiny Chatterbox Multilingual folder (ChatterboxMultilingualTTS.from_local's files) -----------------
+# The alignment guard reads heads (12, 15), (13, 11), (9, 2): 14 layers of 16 heads at the published head
+# width of 64; the hidden size stays 64 (q/o project 64 <-> 1024) and 2 key/value heads keep it small.
+MTL_LLAMA = dict(TINY_LLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=14, num_attention_heads=16,
+                 head_dim=64, num_key_value_heads=2)
+MTL_PERCEIVER = dict(pre_attention_query_token=32, pre_attention_query_size=64, embedding_dim=64, num_attn_heads=4)
+MTL_LANGUAGE_TAGS = ["ar", "da", "de", "el", "en", "es", "fi", "fr", "he", "hi", "it", "ja", "ko", "ms", "nl", "no",
+                     "pl", "pt", "ru", "sv", "sw", "tr", "zh"]
+# Cangjie5_TC.json's form ("glyph<TAB>code"); 仲 and 中 share no code, 吅 and 叩 share "rr" (index 1)
+CANGJIE = ["你\tonf", "好\tvnd", "我\thqi", "是\tamyo", "中\tl", "文\tyk", "仲\tol", "吅\trr", "叩\trr", "們\toan"]
+MTL_TEXTS = [("fr", "Bonjour, ça va très bien"), ("de", "Grüße aus München!"), ("ko", "안녕하세요 여러분"),
+             ("ko", "  한국어 텍스트  "), ("he", "שלום עולם"), ("ru", "Привет, мир"), ("en", "Hello there"),
+             (None, "No language tag"), ("fr", "")]
+# Japanese (pykakasi, a chatterbox-tts dependency): kanji phrases to hiragana, は/へ after kanji, katakana kept
+JA_TEXTS = ["今日は良い天気です。", "東京へ行きます", "カタカナとひらがなと漢字", "日本語のテキスト、ＡＢＣ１２３"]
+CANGJIE_TEXTS = ["你好，我是中文。", "仲叩吅們 abc", "ひらがな混じり中文"]
+MTL_PIPELINE_CASES = [  # (name, language, text, exaggeration, seed, other generate options): the built-in voice
+    ("fr_exag05", "fr", "Bonjour, ça va très bien", 0.5, 41, {}),
+    ("ko_exag07", "ko", "안녕하세요 여러분, 반갑습니다", 0.7, 42, {}),
+    # a short text drawn near-greedily: the guard sees the alignment complete, then forces the stop token on
+    # one speech token drawn twice in a row (at the 11th token)
+    ("fr_forced_stop", "fr", "Oui non", 0.5, 5, {"temperature": 0.3, "repetition_penalty": 1.0}),
+]
+
+
+def mtl_tokenizer_json() -> str:
+    """grapheme_mtl_merged_expanded_v1.json's form: BPE over lowercase letters, NFKD's combining marks, Hangul
+    jamo and kana, with the special, language-tag and Cangjie tokens as added tokens."""
+    from tokenizers import AddedToken, Tokenizer, models
+    specials = ["[STOP]", "[UNK]", "[SPACE]", "[START]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"]
+    added = specials + [f"[{t}]" for t in MTL_LANGUAGE_TAGS] + [f"[cj_{c}]" for c in "abcdefghijklmnopqrstuvwxyz."]
+    chars = list("abcdefghijklmnopqrstuvwxyz.,!?'\"-、，。？！") + [chr(c) for c in (0x300, 0x301, 0x302, 0x308, 0x327)]
+    chars += [chr(c) for c in range(0x1100, 0x1113)] + [chr(c) for c in range(0x1161, 0x1176)]
+    chars += [chr(c) for c in range(0x11A8, 0x11C3)] + [chr(c) for c in range(0x3041, 0x3097)]
+    chars += [chr(c) for c in range(0x5D0, 0x5EB)] + [chr(c) for c in range(0x430, 0x450)]
+    vocab = {t: i for i, t in enumerate(added + chars)}
+    merges = [("o", "n"), ("e", "n"), ("b", "on")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="[UNK]"))
+    tok.add_special_tokens([AddedToken(t, special=True) for t in added])
+    return tok.to_str()
+
+
+def mtl_t3_shapes() -> dict[str, list[int]]:
+    from mizuoto.nodes.chatterbox.t3 import T3, T3Config
+    c = MTL_LLAMA
+    with torch.device("meta"):
+        model = T3(T3Config(hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
+                            num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
+                            num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"],
+                            text_tokens_dict_size=2454))
+    return {k: list(v.shape) for k, v in model.state_dict().items()}
+
+
+def write_mtl_folder(root) -> "Path":
+    """t3_mtl23ls_v2.safetensors, s3gen.pt (with the S3 tokenizer's mel filters and window, which upstream's
+    strict load wants), ve.pt, the grapheme tokenizer, conds.pt and Cangjie5_TC.json; tiny random weights."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from mizuoto.nodes.blocks.mel import slaney_filters
+    folder = Path(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    t3 = {k: torch.randn(v, generator=torch.Generator().manual_seed(100 + i)) * 0.5 for i, (k, v) in
+          enumerate(sorted(mtl_t3_shapes().items()))}
+    # upstream's multilingual generate passes ids above the stop token on to S3Gen, which fails on them (the
+    # trained model never draws them): zero rows give them a logit of 0, far under min-p's cut here
+    t3["speech_head.weight"][6563:] = 0
+    save_file({k: v.contiguous() for k, v in t3.items()}, str(folder / "t3_mtl23ls_v2.safetensors"))
+    s3gen = fill_s3gen(s3gen_shapes(), seed=34)
+    s3gen["tokenizer._mel_filters"] = slaney_filters(16000, 400, 128).float().contiguous()
+    s3gen["tokenizer.window"] = torch.hann_window(400)
+    torch.save(s3gen, folder / "s3gen.pt")
+    g = torch.Generator().manual_seed(4)
+    torch.save({k: torch.randn(v, generator=g) * VE_SCALE for k, v in sorted(ve_shapes().items())}, folder / "ve.pt")
+    (folder / "grapheme_mtl_merged_expanded_v1.json").write_text(mtl_tokenizer_json())
+    torch.save(builtin_conds(), folder / "conds.pt")
+    (folder / "Cangjie5_TC.json").write_text(json.dumps(CANGJIE, ensure_ascii=False))
+    return folder

@@ -1,4 +1,4 @@
-"""The VibeVoice-Realtime declaration (nodes/vibevoice/spec.py, not yet exported as ENGINE) on the conformance
+"""The VibeVoice-Realtime declaration (nodes/vibevoice/__init__.py ENGINE) on the conformance
 suite's tiny folder (tiny.py: the recorded tiny model in the published layout, bfloat16 voice presets pickled as
 upstream's, a character tokenizer.json): what a folder lacks, and the built engine speaks as `generate` does
 with the folder's own model, preset and ids."""
@@ -14,7 +14,7 @@ from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.pack.registry import LoadRequest
 from mizuoto.nodes.vibevoice.generate import generate
 from mizuoto.nodes.vibevoice.loader import load_realtime
-from mizuoto.nodes.vibevoice.spec import SPEC
+from mizuoto.nodes.vibevoice import ENGINE as SPEC
 from mizuoto.nodes.vibevoice.text import TextTokenizer
 from mizuoto.nodes.vibevoice.voices import load_voice_preset
 from mizuoto.runtime import DeviceService, ModelManager

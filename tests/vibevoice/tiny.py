@@ -45,15 +45,44 @@ def save_preset(preset, path: Path) -> None:
                 sys.modules[k] = v
 
 
-def write_tiny(folder: Path) -> Path:
+# Qwen2.5's special tokens the processor and `generate` look up, at the ids the tiny recording used (90: the
+# negative prompt's <|image_pad|>; 91 pad / unknown; 93-95 speech start, end, diffusion), then one id a character
+QWEN_SPECIALS = {"<|image_pad|>": 90, "<|endoftext|>": 91, "<|vision_start|>": 93, "<|vision_end|>": 94,
+                 "<|vision_pad|>": 95}
+QWEN_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,!?'\"-:;$%\n"
+
+
+def qwen_char_tokenizer(path: Path) -> Path:
+    """A tokenizer.json upstream's VibeVoiceTextTokenizerFast (a Qwen2 fast tokenizer) loads: one id a character
+    (BPE without merges, unknown characters read as <|endoftext|> as Qwen's unk), its special tokens."""
+    from tokenizers import AddedToken, Tokenizer, models
+    vocab = {c: i for i, c in enumerate(QWEN_CHARS)} | QWEN_SPECIALS
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<|endoftext|>"))
+    tok.add_special_tokens([AddedToken(t, special=True) for t in QWEN_SPECIALS])
+    tok.save(str(path))
+    return path
+
+
+def write_tiny(folder: Path, tokenizer=None, eos_bias: float | None = None, max_positions: int | None = None) -> Path:
+    """`tokenizer`: writes tokenizer.json (default: test_phases' character tokenizer); `eos_bias`: the EOS
+    classifier's output bias (the recording's -0.15 keeps its logits near the decision); `max_positions`: the
+    context length in config.json (64 recorded; the position encoding does not depend on it)."""
+    import json
     from vibevoice.realtime_tiny import GOLDEN, preset_from, read, write_folder
     from vibevoice.test_phases import char_tokenizer
     tensors, meta = read(GOLDEN)
+    preset = preset_from(tensors)
+    if eos_bias is not None:
+        tensors["weight.tts_eos_classifier.fc2.bias"] = torch.tensor([eos_bias])
+    if max_positions is not None:
+        config = json.loads(meta["config"])
+        config["decoder_config"]["max_position_embeddings"] = max_positions
+        meta = {**meta, "config": json.dumps(config)}
     write_folder(tensors, meta, folder)
-    char_tokenizer(folder / "tokenizer.json")
+    (tokenizer or char_tokenizer)(folder / "tokenizer.json")
     (folder / "voices").mkdir(exist_ok=True)
     for name in ("en-Wayne_man", "en-Alice_woman"):
-        save_preset(preset_from(tensors), folder / "voices" / f"{name}.pt")
+        save_preset(preset, folder / "voices" / f"{name}.pt")
     return folder
 
 
