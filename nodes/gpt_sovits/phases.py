@@ -67,6 +67,9 @@ class GPTSoVITSEngine(Engine):
         reference_seconds=(3.0, 10.0),   # upstream refuses references outside 3-10 s
         reference_rate=SAMPLE_RATE, resampler="torchaudio_sinc")
     PHASED = True
+    # TTS.run seeds once (set_seed) and every segment's sampling and prior noise continue that stream, in
+    # split_bucket's order (segment_order)
+    ONE_STREAM = True
     # upstream's defaults (T2SSampling); ranges a little past its web UI's sliders (top_k 1-100, top_p and
     # temperature 0-1, repetition_penalty 0-2): top_k past the vocabulary filters nothing, costs nothing
     options = {"top_k": Option(int, T2SSampling.top_k, 1, 1 << 20),
@@ -250,12 +253,30 @@ class GPTSoVITSEngine(Engine):
     def split_text(self, text: str, reference: Reference | None = None,
                    reference_text: str | None = None, language: str = "auto",
                    speed: float = 1.0) -> list[str | Segment]:
-        """Upstream's segments: TextPreprocessor.pre_seg_text with api_v2's default method, cut5 (its
-        empty segments dropped: upstream's preprocess skips a segment with no normalised text)."""
+        """Upstream's segments: TextPreprocessor.preprocess's (a run of the marks !?…,.- kept as its first)
+        then pre_seg_text with api_v2's default method, cut5 (its empty segments dropped: upstream's
+        preprocess skips a segment with no normalised text)."""
+        text = chinese.replace_consecutive_punctuation(text)          # TextPreprocessor.preprocess first
         segments = [s for s in pre_seg_text(text, language) if s]
         if not segments:                            # upstream's filter_text raises too
             raise GPTSoVITSEngine.nothing_to_read("the text", text, language)
         return segments
+
+    def text_segments(self, text: str, language: str, cache: dict[str, Any]) -> list[frontend.Segment]:
+        """`segments` of one split_text segment, read once per request (segment_order reads them first)."""
+        key = f"gpt_sovits_text:{language}:{text}"
+        if key not in cache:
+            cache[key] = self.segments(text, language, "the text")
+        return cache[key]
+
+    def segment_order(self, texts: list[str], language: str, speed: float, cache: dict[str, Any]) -> list[int]:
+        """TTS.run's split_bucket (on by default, off when speed_factor != 1): the segments sorted by the
+        length of their normalised text (a stable sort) and run in that order, one batch each at api_v2's
+        default batch_size 1; the audio is put back in the text's order."""
+        if speed != 1.0:
+            return list(range(len(texts)))
+        lengths = [len("".join(s.norm_text for s in self.text_segments(t, language, cache))) for t in texts]
+        return sorted(range(len(texts)), key=lambda i: lengths[i])
 
     def chunk_text(self, chunk: Chunk) -> str:
         """A split_text segment as it is; other text (speak_chunk called directly) as pre_seg_text ends
@@ -276,7 +297,7 @@ class GPTSoVITSEngine(Engine):
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         p = self.prompt(ctx, chunk)
-        segments = self.segments(self.chunk_text(chunk), chunk.language, "the text")
+        segments = self.text_segments(self.chunk_text(chunk), chunk.language, chunk.cache)
         if not self.readable(segments):
             if chunk.count == 1:
                 raise self.nothing_to_read("the text", chunk.text, chunk.language)
@@ -288,15 +309,25 @@ class GPTSoVITSEngine(Engine):
         s = self.sampling(chunk)
         c = self.bundle.t2s.cfg
         expected = min(MAX_TOKENS, HZ * c.max_sec, max(16, 4 * len(ids)))
+        # Upstream reads the reference with transformers' HubertModel (it pins transformers < 5), whose encoder
+        # draws LayerDrop's torch.rand([]) for every layer even in eval, after set_seed and before any
+        # segment. Drawn once per request whether or not the voice prompt came from the cache (a cached
+        # prompt gives the audio of a fresh one): upstream's first request with a reference; its later ones
+        # in the same process skip chinese-hubert and these draws.
+        hubert_draws = 0 if chunk.cache.get("gpt_sovits_hubert_drawn") else \
+            self.bundle.hubert.config.num_hidden_layers
 
         def decode() -> Tensor:
             with torch.inference_mode():
+                for _ in range(hubert_draws):       # inside the retried call: its generator state is restored
+                    torch.rand((), generator=ctx.generator)
                 dev, dt = self.t2s.device, self.bundle.dtype
                 return generate(self.bundle.t2s, all_ids.to(dev), bert.to(dev, dt), prompt.to(dev), s, ctx.generator,
                                 make_cache(), check=ctx.check_cancelled, progress=chunk.progress)
 
         tokens = ctx.run("t2s", [self.t2s], decode,
                          memory=self.t2s_memory(all_ids.shape[1], prompt.shape[1], expected))
+        chunk.cache["gpt_sovits_hubert_drawn"] = True
         if tokens.numel() == 0:
             tokens = torch.zeros(1, dtype=torch.long)         # upstream's "bad zero prediction" fallback
 

@@ -297,6 +297,13 @@ class Engine:
         """The checked option `name` of this chunk, else its declared default."""
         return chunk.options.get(name, self.options[name].default)
 
+    def segment_order(self, texts: list[str], language: str, speed: float, cache: dict[str, Any]) -> list[int]:
+        """The order split_text's segments are synthesised in (indices into `texts`; the audio is joined in
+        text order whatever it is): for an upstream that runs them in another order from one random stream
+        (ONE_STREAM), which draws each segment takes depends on it. `cache`: the request's Chunk.cache.
+        By default the text's order."""
+        return list(range(len(texts)))
+
     def split_text(self, text: str, reference: Reference | None = None,
                    reference_text: str | None = None, language: str = "auto",
                    speed: float = 1.0) -> list[str | Segment]:

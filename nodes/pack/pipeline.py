@@ -9,7 +9,7 @@ speed, reference audio and transcript, instruction) and engine options against t
 integer PCM scaled, length, level: silence refused, past full scale scaled to peak 1) and resampled the
 way the engine's upstream does; the text is split as the engine's upstream splits it (`Engine.split_text`);
 chunk i runs with seed + i (the request's generator re-seeded, or once for an engine whose upstream
-draws every segment from one stream), ComfyUI's progress and interrupt per
+draws every segment from one stream), in the order `Engine.segment_order` gives, ComfyUI's progress and interrupt per
 chunk, inside one runtime request (one `meta`); the chunks are joined as upstream joins them (`Engine.join`). After the request the
 runtime service runs its upkeep; after an OOM failure it unloads idle models, as ComfyUI does.
 """
@@ -333,34 +333,42 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     holds = len(texts) > 1 and type(engine).finish is not Engine.finish
     stream = Pieces(engine.join, caps.sample_rate, hold_all=holds) if on_audio is not None else None
     first_audio: float | None = None
+    order = engine.segment_order(texts, req.language, float(req.speed), cache)
+    if sorted(order) != list(range(len(texts))):
+        raise RuntimeError(f"{engine.name}: segment_order gave {order}, not an order of {len(texts)} segments")
+    done: list[Tensor | None] = [None] * len(texts)
     with engine.manager.request(seed=seed % SEED_MODULUS, cancel=cancel, settings=req.settings) as ctx:
         ctx.plan(engine.phase_components(), len(texts))
-        for i, text in enumerate(texts):
+        for k, i in enumerate(order):
             ctx.check_cancelled()
-            ctx.segment(i)
-            chunk = Chunk(text=text, seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
+            ctx.segment(k)
+            chunk = Chunk(text=texts[i], seed=(seed + i) % SEED_MODULUS, index=i, count=len(texts),
                           tokens=segments[i].tokens, segmented=True, language=req.language,
                           voice=req.voice or None, reference=reference,
                           reference_text=req.reference_text or None, instruction=req.instruction or None,
                           speed=float(req.speed), options=dict(options), cache=cache,
                           prompts=prompts, speakers=speakers,
-                          progress=_within(progress, i, len(texts)))
-            if i == 0 or not engine.ONE_STREAM:
+                          progress=_within(progress, k, len(texts)))
+            if k == 0:
+                ctx.generator.manual_seed(seed % SEED_MODULUS if engine.ONE_STREAM else chunk.seed)
+            elif not engine.ONE_STREAM:
                 ctx.generator.manual_seed(chunk.seed)
             wav = ctx.call(engine, chunk, lambda: engine.speak_chunk(ctx, chunk))
             if not bool(torch.isfinite(wav).all()):
                 raise FloatingPointError(f"{engine.name}: chunk {i + 1} of {len(texts)} produced NaN or infinite "
                                          "samples (corrupt weights, or a precision too low for this model)")
-            out.append(wav.reshape(-1).float().cpu())
-            if stream is not None:
-                piece = stream.add(out[-1])
-                if piece.numel():
-                    first_audio = first_audio if first_audio is not None else time.perf_counter() - started
-                    on_audio(piece, caps.sample_rate)
-            elif first_audio is None and not holds:
-                first_audio = time.perf_counter() - started
+            done[i] = wav.reshape(-1).float().cpu()
+            while len(out) < len(texts) and done[len(out)] is not None:     # joined in the text's order
+                out.append(done[len(out)])
+                if stream is not None:
+                    piece = stream.add(out[-1])
+                    if piece.numel():
+                        first_audio = first_audio if first_audio is not None else time.perf_counter() - started
+                        on_audio(piece, caps.sample_rate)
+                elif first_audio is None and not holds:
+                    first_audio = time.perf_counter() - started
             if progress is not None:
-                progress(i + 1, len(texts))
+                progress(k + 1, len(texts))
     wav = engine.finish(join_waves(out, engine.join, caps.sample_rate), chunk)
     if stream is not None and stream.rest(wav).numel():
         on_audio(stream.rest(wav), caps.sample_rate)
