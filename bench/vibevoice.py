@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="text lengths in tokens")
+    ap.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20], help="diffusion steps")
+    ap.add_argument("--frames", nargs="+", default=["planned", "typical"], choices=["planned", "typical"])
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
@@ -74,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     engine.expected_frames = lambda p, n: min(FRAMES_PER_TEXT_TOKEN * n + SPEECH_WINDOW, room - n)
     for tokens in args.tokens:
         for per_token, label in ((FRAMES_PER_TEXT_TOKEN, "planned"), (2, "typical")):
+            if label not in args.frames:
+                continue
             frames = per_token * tokens + SPEECH_WINDOW
-            for steps in (5, 10, 20):
+            for steps in args.steps:
                 # generate stops at the context length; the estimate still plans for the published context
                 q = dataclasses.replace(config.qwen, max_position_embeddings=preset.tts_lm.length + tokens + frames)
                 model.config = dataclasses.replace(config, qwen=q)
