@@ -257,6 +257,7 @@ def chatterbox(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     from mizuoto.nodes.blocks.hift import HiFTConfig
     from mizuoto.nodes.blocks.s3gen_flow import FlowConfig
     from mizuoto.nodes.blocks.s3tokenizer import S3TokenizerConfig
+    from mizuoto.nodes.chatterbox.loader import ChatterboxBundle
     from mizuoto.nodes.chatterbox.phases import ChatterboxEngine
     from mizuoto.nodes.chatterbox.s3gen import CAMPPlusConfig, S3Gen, S3GenConfig
     from mizuoto.nodes.chatterbox.t3 import T3, T3Config
@@ -264,8 +265,8 @@ def chatterbox(dtype: torch.dtype) -> list[tuple[str, ModelHandle]]:
     config = S3GenConfig(FlowConfig(version=2, clock="grid"), HiFTConfig(sine_gen=1), CAMPPlusConfig(),
                          S3TokenizerConfig())
     with torch.device("meta"):
-        bundle = SimpleNamespace(t3=T3(T3Config()).to(dtype), s3gen=S3Gen(config).to(dtype), ve=VoiceEncoder().to(dtype),
-                                 voice=None, folder=Path("."))
+        bundle = ChatterboxBundle(folder=Path("."), t3=T3(T3Config()).to(dtype), s3gen=S3Gen(config).to(dtype),
+                                  ve=VoiceEncoder().to(dtype), tokenizer=None, voice=None)
     e = ChatterboxEngine(bundle, _manager())
     return [(f"Chatterbox {h.name}", h) for h in e.handles]
 

@@ -60,7 +60,7 @@ def write_folder(tensors: dict[str, torch.Tensor], meta: dict[str, str], folder:
     every part upstream saves, the unused ones included)."""
     from safetensors.torch import save_file
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(meta["config"])
+    (folder / "config.json").write_text(json.dumps(json.loads(meta["config"]), indent=2))   # as the hub's, indented
     save_file({k[len("weight."):]: v for k, v in tensors.items() if k.startswith("weight.")},
               str(folder / "model.safetensors"))
     return folder
