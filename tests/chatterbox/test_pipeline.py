@@ -13,10 +13,6 @@ import pytest
 import torch
 
 import golden
-from mizuoto.nodes import NODE_CLASS_MAPPINGS
-from mizuoto.nodes.chatterbox import ENGINE
-from mizuoto.nodes.chatterbox.phases import ChatterboxEngine
-from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
 from mizuoto.nodes.pack.pipeline import SpeakRequest, speak
 
 from chatterbox import tiny  # noqa: E402  (tests/ is on sys.path: conftest)
@@ -38,21 +34,12 @@ def folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def model(folder):
-    with pytest.MonkeyPatch.context() as mp, use_runtime(build_runtime()):
-        mp.setenv("MIZUOTO_MODELS_DIR", str(folder.parent.parent))
-        (loaded,) = NODE_CLASS_MAPPINGS[ENGINE.loader_node]().load("tiny", ENGINE.precisions[0], "auto")
+    with tiny.loaded(folder) as loaded:
         yield loaded
 
 
 def ours(model, monkeypatch) -> dict[str, dict]:
-    drawn: list[list[int]] = []
-    speech_tokens = ChatterboxEngine.speech_tokens
-
-    def record(self, *args, **kwargs):
-        drawn.append(speech_tokens(self, *args, **kwargs))
-        return drawn[-1]
-
-    monkeypatch.setattr(ChatterboxEngine, "speech_tokens", record)
+    drawn = tiny.record_speech_tokens(monkeypatch)
     reference = {"waveform": tiny.stereo_reference()[None], "sample_rate": 44100}
     out = {}
     for name, exaggeration, use_reference, seed in tiny.PIPELINE_CASES:

@@ -2,6 +2,9 @@
 (which runs in the reference venv, so this file needs only torch)."""
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import torch
 
 # T3 backbone (upstream's LLAMA_CONFIGS entry) and its T3Config fields, at test size.
@@ -322,3 +325,31 @@ def write_mtl_folder(root) -> "Path":
     torch.save(builtin_conds(), folder / "conds.pt")
     (folder / "Cangjie5_TC.json").write_text(json.dumps(CANGJIE, ensure_ascii=False))
     return folder
+
+
+@contextlib.contextmanager
+def loaded(folder: Path):
+    """The folder (<models>/chatterbox/<name>) through the loader node in the default precision."""
+    import pytest   # here, not at the top: make_fixtures.py imports this module in the reference venv
+
+    from mizuoto.nodes import NODE_CLASS_MAPPINGS
+    from mizuoto.nodes.chatterbox import ENGINE
+    from mizuoto.nodes.pack.pack_runtime import build_runtime, use_runtime
+    with pytest.MonkeyPatch.context() as mp, use_runtime(build_runtime()):
+        mp.setenv("MIZUOTO_MODELS_DIR", str(folder.parent.parent))
+        (model,) = NODE_CLASS_MAPPINGS[ENGINE.loader_node]().load(folder.name, ENGINE.precisions[0], "auto")
+        yield model
+
+
+def record_speech_tokens(monkeypatch) -> list[list[int]]:
+    """The list every speech-token draw of the engine is appended to from now on."""
+    from mizuoto.nodes.chatterbox.phases import ChatterboxEngine
+    drawn: list[list[int]] = []
+    speech_tokens = ChatterboxEngine.speech_tokens
+
+    def record(self, *args, **kwargs):
+        drawn.append(speech_tokens(self, *args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(ChatterboxEngine, "speech_tokens", record)
+    return drawn
