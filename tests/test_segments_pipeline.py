@@ -87,3 +87,37 @@ def test_crossfade_join_is_f5s_linear_fade():
 def test_a_join_is_silence_or_crossfade():
     with pytest.raises(ValueError):
         Join(silence_ms=10, crossfade_s=0.1)
+
+
+class Emitting(Recorder):
+    """Hands over each chunk in pieces of 3 samples while it makes them, the first two pieces twice (as
+    a phase retried after an OOM emits again), and records the pieces the caller held before it returned."""
+
+    capabilities = Capabilities(sample_rate=8000, piece_samples=3)
+    join = Join(silence_ms=1)
+    split_text = Engine.split_text
+
+    def speak_chunk(self, ctx, chunk: Chunk) -> torch.Tensor:
+        wav = torch.arange(len(chunk.text) * 4, dtype=torch.float32) + 100 * chunk.index
+        if chunk.emit is not None:
+            chunk.emit(wav[:6], 0)
+            chunk.emit(wav[:6], 0)
+            for at in range(6, wav.numel(), 3):
+                chunk.emit(wav[at:at + 3], at)
+        self.heard.append((chunk.index, chunk.emit is not None, len(received)))
+        return wav
+
+
+received: list[torch.Tensor] = []
+
+
+def test_an_engine_hands_over_its_chunks_while_it_makes_them():
+    engine = make(Emitting)
+    received.clear()
+    text = "First sentence here. " * 20 + "Second one."
+    plain, _ = synthesize(engine, SpeakRequest(text))
+    engine.heard.clear()
+    wav, meta = synthesize(engine, SpeakRequest(text), on_audio=lambda piece, rate: received.append(piece))
+    assert meta["chunks"] == 2 and torch.equal(wav, plain) and torch.equal(torch.cat(received), plain)
+    # each chunk's pieces reached the caller before the chunk returned
+    assert [h[:2] for h in engine.heard] == [(0, True), (1, True)] and 0 < engine.heard[0][2] < engine.heard[1][2]

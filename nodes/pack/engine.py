@@ -153,6 +153,9 @@ class Capabilities:
     # the text one turn per line written as `dialogue_turn` ("{n}": the speaker's index, "{text}": the line)
     dialogue_speakers: int = 0
     dialogue_turn: str = ""
+    # The engine hands over a chunk's audio while it is made (Chunk.emit), in pieces of about this many
+    # samples; 0: the audio of a chunk comes whole
+    piece_samples: int = 0
 
     @property
     def max_transcript_chars(self) -> int:
@@ -167,6 +170,8 @@ class Capabilities:
         if bool(self.dialogue_speakers) != bool(self.dialogue_turn) or \
                 (self.dialogue_turn and not {"{n}", "{text}"} <= set(_FIELDS.findall(self.dialogue_turn))):
             raise ValueError("Capabilities: dialogue_speakers > 0 needs dialogue_turn naming {n} and {text}")
+        if self.piece_samples < 0:
+            raise ValueError(f"Capabilities.piece_samples: expected 0 or more samples, got {self.piece_samples}")
         lo, hi = self.speed
         if not 0 < lo <= 1.0 <= hi:
             raise ValueError(f"Capabilities.speed: expected 0 < low <= 1 <= high, got {self.speed}")
@@ -244,6 +249,10 @@ class Chunk:
     tokens: tuple[str, ...] | None = None       # upstream's tokens of this segment (Segment.tokens), if any
     speakers: tuple[tuple[Reference, str], ...] = ()   # a native dialogue's voices: (reference, transcript) per index
     segmented: bool = False                     # text is a split_text segment, in the form upstream reads it
+    # Set when the caller takes audio as it is made and this chunk's can be handed over now (engines with
+    # Capabilities.piece_samples): emit(samples, start) hands over samples [start, start + n) of the audio
+    # speak_chunk will return, once final, in order; samples emitted again (a retried phase) are dropped
+    emit: Callable[[Tensor, int], None] | None = None
 
 
 class Engine:

@@ -34,7 +34,7 @@ from ...runtime.oom import is_oom
 from .audio import check_level, check_rate, check_samples, resample, to_channels, to_mono
 from .caches import model_fingerprint, plain
 from .engine import Capabilities, Chunk, Engine, Option, Reference, parse_voice_blend
-from .segments import Pieces, Segment, join_waves
+from .segments import ChunkPieces, Pieces, Segment, join_waves
 
 log = logging.getLogger("mizuoto")
 
@@ -333,6 +333,11 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
     holds = len(texts) > 1 and type(engine).finish is not Engine.finish
     stream = Pieces(engine.join, caps.sample_rate, hold_all=holds) if on_audio is not None else None
     first_audio: float | None = None
+
+    def hand(piece: Tensor) -> None:
+        nonlocal first_audio
+        first_audio = first_audio if first_audio is not None else time.perf_counter() - started
+        on_audio(piece, caps.sample_rate)
     order = engine.segment_order(texts, req.language, float(req.speed), cache)
     if sorted(order) != list(range(len(texts))):
         raise RuntimeError(f"{engine.name}: segment_order gave {order}, not an order of {len(texts)} segments")
@@ -349,6 +354,9 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                           speed=float(req.speed), options=dict(options), cache=cache,
                           prompts=prompts, speakers=speakers,
                           progress=_within(progress, k, len(texts)))
+            if stream is not None and caps.piece_samples and not holds and i == len(out):
+                # the chunk next in the text's order is handed over while it is made
+                chunk.emit = ChunkPieces(stream, hand, f"{engine.name}: chunk {i + 1} of {len(texts)}")
             if k == 0:
                 ctx.generator.manual_seed(seed % SEED_MODULUS if engine.ONE_STREAM else chunk.seed)
             elif not engine.ONE_STREAM:
@@ -363,8 +371,7 @@ def synthesize(engine: Engine, req: SpeakRequest, progress: Callable[[int, int],
                 if stream is not None:
                     piece = stream.add(out[-1])
                     if piece.numel():
-                        first_audio = first_audio if first_audio is not None else time.perf_counter() - started
-                        on_audio(piece, caps.sample_rate)
+                        hand(piece)
                 elif first_audio is None and not holds:
                     first_audio = time.perf_counter() - started
             if progress is not None:

@@ -6,7 +6,7 @@ the pipeline applies it with `join_waves`.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,15 +91,18 @@ def _crossfade(waves: Sequence[Tensor], samples: int) -> Tensor:
 class Pieces:
     """A request's joined audio handed over as it becomes final: after each segment, the samples no later
     join can change (a fade or cross-fade still reaches the last `fade_ms` / `crossfade_s` of what is
-    joined so far). `hold_all`: an engine that post-processes the joined audio as a whole (`Engine.finish`)
-    hands everything over at the end. The pieces concatenated are the request's audio exactly."""
+    joined so far), and within a segment, as an engine hands over the start of it (`partial`). `hold_all`:
+    an engine that post-processes the joined audio as a whole (`Engine.finish`) hands everything over at
+    the end. The pieces concatenated are the request's audio exactly; `rest` checks that they are."""
 
     def __init__(self, join: Join, sample_rate: int, hold_all: bool = False) -> None:
         self.join = join
         self.sample_rate = sample_rate
         self.hold_all = hold_all
         self.waves: list[Tensor] = []
+        self.handed: list[Tensor] = []
         self.sent = 0
+        self._start: int | None = None      # where the segment being handed over partially begins
 
     @property
     def tail(self) -> int:
@@ -107,17 +110,75 @@ class Pieces:
             return int(self.join.crossfade_s * self.sample_rate)
         return int(self.sample_rate * self.join.fade_ms / 1000.0)
 
+    def _hand(self, piece: Tensor) -> Tensor:
+        if piece.numel():
+            self.handed.append(piece)
+            self.sent += piece.numel()
+        return piece
+
     def add(self, wav: Tensor) -> Tensor:
         """The samples made final by one more segment's waveform (possibly none)."""
         self.waves.append(wav)
+        self._start = None
         if self.hold_all:
             return torch.zeros(0)
         joined = join_waves(self.waves, self.join, self.sample_rate)
         final = joined.numel() - min(self.tail, joined.numel())
-        piece = joined[self.sent:final]
-        self.sent = max(self.sent, final)
-        return piece
+        return self._hand(joined[self.sent:final].clone())
+
+    def partial(self, prefix: Tensor) -> Tensor:
+        """The samples made final by the first `prefix.numel()` samples of the next segment (possibly none).
+        Past its first `tail` samples a segment reaches the joined audio unchanged (a fade or cross-fade
+        touches only the first and last `tail`), so once the prefix covers twice that, everything but
+        its last `tail` samples is final; the first such call joins once, later ones slice the prefix."""
+        if self.hold_all or prefix.numel() < 2 * self.tail or prefix.numel() == 0:
+            return torch.zeros(0)
+        if self._start is None:
+            joined = join_waves(self.waves + [prefix], self.join, self.sample_rate)
+            self._start = joined.numel() - prefix.numel()
+            return self._hand(joined[self.sent:joined.numel() - self.tail].clone())
+        return self._hand(prefix[self.sent - self._start:prefix.numel() - self.tail].clone())
 
     def rest(self, wav: Tensor) -> Tensor:
-        """What of the request's final audio `wav` was not handed over yet."""
+        """What of the request's final audio `wav` was not handed over yet; a RuntimeError if what was
+        handed over is not the start of it (an engine's pieces that were not its final audio)."""
+        if self.sent and not torch.equal(torch.cat(self.handed), wav[:self.sent]):
+            raise RuntimeError("the audio handed over while it was made is not the start of the final audio")
         return wav[self.sent:]
+
+
+class ChunkPieces:
+    """`Chunk.emit` for one chunk: collects the samples an engine hands over while it makes them and
+    passes each new final stretch of the request's audio to `hand` (through `Pieces.partial`). A phase
+    retried after an OOM emits its samples again: they must equal the first emission and are dropped."""
+
+    def __init__(self, stream: Pieces, hand: Callable[[Tensor], None], what: str) -> None:
+        self.stream = stream
+        self.hand = hand
+        self.what = what
+        self.buffer = torch.zeros(0)
+        self.length = 0
+
+    def __call__(self, samples: Tensor, start: int) -> None:
+        samples = samples.detach().reshape(-1).float().cpu()
+        end = start + samples.numel()
+        if not 0 <= start <= self.length:
+            raise RuntimeError(f"{self.what}: emitted samples from {start}, expected at most {self.length} "
+                               "(pieces must come in order, without gaps)")
+        seen = min(end, self.length) - start
+        if seen > 0 and not torch.equal(self.buffer[start:start + seen], samples[:seen]):
+            raise RuntimeError(f"{self.what}: samples {start}-{start + seen} emitted again differ from the first time")
+        if end <= self.length:
+            return
+        if not bool(torch.isfinite(samples).all()):
+            raise FloatingPointError(f"{self.what}: NaN or infinite samples (corrupt weights, or a precision too "
+                                     "low for this model)")
+        if end > self.buffer.numel():                  # grow by doubling: each sample is copied O(1) times
+            grown = torch.zeros(max(end, 2 * self.buffer.numel()))
+            grown[:self.length] = self.buffer[:self.length]
+            self.buffer = grown
+        self.buffer[self.length:end] = samples[self.length - start:]
+        self.length = end
+        piece = self.stream.partial(self.buffer[:self.length])
+        if piece.numel():
+            self.hand(piece)

@@ -146,6 +146,9 @@ def test_audio_handed_over_as_it_is_made_concatenates_to_the_request_audio(engin
     wav, meta = synthesize(engine, case.request, on_audio=lambda piece, rate: got.append(piece))
     assert torch.equal(wav, plain) and torch.equal(torch.cat(got), plain), f"{spec.engine_id}: pieces differ"
     assert 0 < meta["timing"]["first_audio_s"] <= meta["timing"]["total_s"]
+    piece = engine.capabilities.piece_samples
+    if piece and meta["chunks"] == 1 and plain.numel() >= 3 * piece:     # it hands over a chunk while making it
+        assert len(got) >= 2, f"{spec.engine_id}: declares pieces of {piece} samples but handed over {len(got)}"
     with FaultInjector(devices.memory("cpu")) as faults:
         start = faults.count
         synthesize(engine, case.request)
