@@ -7,7 +7,9 @@
 with per-tensor int8 weights (zero point 0) and uint8 activations quantized per call from their own
 range. Everything but the matmul is elementwise float32 with one rounding each, and the matmul is an
 integer sum, exact in any order, so `Int8Linear` reproduces onnxruntime's outputs for the same input
-bit for bit (tests/test_int8.py). The matmul runs as int8 x int8 -> int32 (`torch._int_mm`): the uint8
+bit for bit (tests/test_int8.py) where onnxruntime's sums are exact (CPUs with VNNI or AMX, ARM, GPUs). On
+x86 CPUs without VNNI its kernel clips each pair of neighbouring products to int16; ours stays exact there,
+the same on every machine. The matmul runs as int8 x int8 -> int32 (`torch._int_mm`): the uint8
 activations are shifted by 128 into int8 and the shift is added back as an integer per column,
 
     (xq - x_zp) @ wq = (xq - 128) @ wq + (128 - x_zp) * sum(wq over inputs).
