@@ -1,4 +1,4 @@
-"""VibeVoice-Realtime-0.5B on the runtime: three components, two phases per segment.
+"""VibeVoice-Realtime-0.5B on the runtime: three components, two phases per segment (one when its audio is streamed).
 
     engine = VibeVoiceEngine(load_realtime(folder), voices, TextTokenizer(folder / "tokenizer.json"), manager)
     wav, meta = synthesize(engine, SpeakRequest("Hello there.", voice="en-Wayne_man"))
