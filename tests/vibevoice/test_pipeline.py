@@ -64,7 +64,8 @@ def run(model, monkeypatch, case: dict, stream: bool) -> tuple[torch.Tensor, lis
     if stream:
         with model.using() as engine:
             hop = engine.capabilities.piece_samples
-        assert len(pieces) == wav.numel() // hop >= 2 and {p.numel() for p in pieces} == {hop}, [p.numel() for p in pieces]
+        sizes = [p.numel() for p in pieces]
+        assert len(pieces) == wav.numel() // hop >= 2 and set(sizes) == {hop}, sizes
         assert torch.equal(torch.cat(pieces), wav.reshape(-1))
     return wav.reshape(-1), ids, eos
 
