@@ -1,7 +1,7 @@
 """VibeVoice-Realtime-0.5B at its published size: each phase's working-memory estimate against what it measured on
 the strict simulated device, for 5 / 10 / 20 diffusion steps and three text lengths.
 
-    python bench/vibevoice.py --voice en-Emma_woman.pt [--dtype float32] [--threads 2] [--tokens 8 40 80]
+    python bench/vibevoice.py --voice en-Emma_woman.pt [--dtype float32] [--threads 2] [--tokens 8 40 80] [--stream]
 
 --voice: a published voice preset (demo/voices/streaming_model/ of github.com/microsoft/VibeVoice; the model's
 download puts them in voices/). The model is the published config (tests/vibevoice records it) with random
@@ -9,7 +9,8 @@ weights, so its EOS classifier is silenced and the context length set to end gen
 the estimate's own plan (4 frames a text token, `planned`) and typical speech (2 a token, `typical`). The
 tokenizer is a byte-per-id stand-in (ids, not text, size the request; the Qwen2.5 tokenizer gives ~4 characters
 a token, so the stand-in's ids are what texts 4x as long give). Prints, per run, the estimate, the measured
-working memory and their ratio for the generate and decode phases.
+working memory and their ratio for the generate and decode phases, or with --stream (the audio taken as it is made,
+one frame a piece) for the one stream phase; and the time to the first audio against the whole request's.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="text lengths in tokens")
     ap.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20], help="diffusion steps")
     ap.add_argument("--frames", nargs="+", default=["planned", "typical"], choices=["planned", "typical"])
+    ap.add_argument("--stream", action="store_true", help="take the audio as it is made (the stream phase)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
@@ -69,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     room = config.qwen.max_position_embeddings - preset.tts_lm.length
     print(f"VibeVoice-Realtime-0.5B, {args.dtype}, voice {args.voice.name} "
           f"(prompt {preset.lm.length} / {preset.tts_lm.length} positions), simulated device, strict accounting")
-    print(f"{'tokens':>6} {'frames':>14} {'steps':>5} | {'generate est':>12} {'measured':>9} {'ratio':>5} | "
-          f"{'decode est':>10} {'measured':>9} {'ratio':>5}")
+    phases = ("stream",) if args.stream else ("generate", "decode")
+    print(f"{'tokens':>6} {'frames':>14} {'steps':>5} | " + " | ".join(
+        f"{name + ' est':>12} {'measured':>9} {'ratio':>5}" for name in phases)
+        + f" | {'first audio':>11} {'total':>8} {'ratio':>6}")
     manager = ModelManager(DeviceService(simulate={"cpu": 64 << 30}, strict=True))
     engine = VibeVoiceEngine(model, {"voice": preset}, tokenizer, manager)
     engine.expected_frames = lambda p, n: min(FRAMES_PER_TEXT_TOKEN * n + SPEECH_WINDOW, room - n)
@@ -84,12 +88,16 @@ def main(argv: list[str] | None = None) -> int:
                 q = dataclasses.replace(config.qwen, max_position_embeddings=preset.tts_lm.length + tokens + frames)
                 model.config = dataclasses.replace(config, qwen=q)
                 text = "x" * (tokens - 1)       # + the newline upstream's processor appends
-                _, meta = synthesize(engine, SpeakRequest(text, seed=0, options={"steps": steps}))
+                _, meta = synthesize(engine, SpeakRequest(text, seed=0, options={"steps": steps}),
+                                     on_audio=(lambda piece, rate: None) if args.stream else None)
                 model.config = config
-                g, d = meta["memory"]["phases"]["generate"], meta["memory"]["phases"]["decode"]
-                print(f"{tokens:6d} {frames:5d} {label:>8} {steps:5d} | {g['estimate_mb']:10.1f}MB {g['measured_mb']:7.1f}MB "
-                      f"{g['estimate_mb'] / g['measured_mb']:5.2f} | {d['estimate_mb']:8.1f}MB {d['measured_mb']:7.1f}MB "
-                      f"{d['estimate_mb'] / d['measured_mb']:5.2f}")
+                row = [(meta["memory"]["phases"][name]["estimate_mb"], meta["memory"]["phases"][name]["measured_mb"])
+                       for name in phases]
+                line = f"{tokens:6d} {frames:5d} {label:>8} {steps:5d} | " + " | ".join(
+                    f"{est:10.1f}MB {measured:7.1f}MB {est / measured:5.2f}" for est, measured in row)
+                t = meta["timing"]
+                line += f" | {t['first_audio_s']:10.2f}s {t['total_s']:7.2f}s {t['first_audio_s'] / t['total_s']:6.3f}"
+                print(line)
                 sys.stdout.flush()
     return 0
 

@@ -1,4 +1,4 @@
-"""VibeVoice-Realtime-0.5B on the runtime: three components, two phases per segment.
+"""VibeVoice-Realtime-0.5B on the runtime: three components, two phases per segment (one when its audio is streamed).
 
     engine = VibeVoiceEngine(load_realtime(folder), voices, TextTokenizer(folder / "tokenizer.json"), manager)
     wav, meta = synthesize(engine, SpeakRequest("Hello there.", voice="en-Wayne_man"))
@@ -15,9 +15,15 @@ Phases, as upstream's demo calls `generate` (the whole text at once, cfg_scale 1
   latents only;
 - "decode" (decoder): the latents frame by frame through the streaming decoder, which is the audio generate
   would have decoded inline (the decoder's state never feeds back into the LMs).
+When the caller takes the audio as it is made (Chunk.emit), one phase instead, as upstream's generate with an
+AudioStreamer runs:
+- "stream" (lm, tts lm, decoder): the same generation with each frame decoded at once through the streaming
+  decoder and its hop_length samples handed over (Capabilities.piece_samples); the same ops as decode's, frame by
+  frame with the same caches, so the pieces join to the plain run's audio exactly.
 Working memory comes from the request: the three KV caches for the preset's positions plus the text and the
 expected frames (at most the context length), a text window's activations, the diffusion head's 2 rows over
-the steps; the decoder's one frame through every stage, its convolution caches and the segment's audio.
+the steps; the decoder's one frame through every stage, its convolution caches and the segment's audio; the
+stream phase holds both at once.
 """
 from __future__ import annotations
 
@@ -77,7 +83,9 @@ class VibeVoiceEngine(Engine):
         self.presets = dict(voices)
         self.tokenizer = tokenizer
         self.dtype = model.model.tts_input_types.weight.dtype
-        self.capabilities = dataclasses.replace(type(self).capabilities, voices=default_first(list(voices)))
+        # a piece is one latent frame's audio: what the streaming decoder makes of each frame as it is sampled
+        self.capabilities = dataclasses.replace(type(self).capabilities, voices=default_first(list(voices)),
+                                                piece_samples=model.config.acoustic.hop_length)
         m = model.model
         self.lm = ModelHandle(m.language_model, name="lm", kind="sequence")
         self.tts = ModelHandle(Parts(tts_language_model=m.tts_language_model, tts_input_types=m.tts_input_types,
@@ -88,7 +96,9 @@ class VibeVoiceEngine(Engine):
         super().__init__(manager, [self.lm, self.tts, self.decoder], device, name="VibeVoice-Realtime-0.5B")
 
     def phase_components(self) -> list[list[ModelHandle]]:
-        return [[self.lm, self.tts], [self.decoder]]
+        """"stream" when the chunk's audio is handed over as it is made, else "generate" then "decode": which one
+        a chunk takes is known only from its Chunk.emit, so the plan names both (a request skips the other)."""
+        return [[self.lm, self.tts, self.decoder], [self.lm, self.tts], [self.decoder]]
 
     def expected_frames(self, preset: VoicePreset, text_tokens: int) -> int:
         """Frames the estimate plans for: FRAMES_PER_TEXT_TOKEN a token and a speech window, at most the context
@@ -128,6 +138,11 @@ class VibeVoiceEngine(Engine):
         audio = 2 * frames * a.hop_length * a.channels
         return (stages + caches + audio) * FLOAT + a.vae_dim * FLOAT * 4 + MB
 
+    def stream_memory(self, preset: VoicePreset, text_tokens: int, steps: int) -> int:
+        """The stream phase: generation and the decoder's frame, caches and audio live at once."""
+        return self.generate_memory(preset, text_tokens, steps) + \
+            self.decode_memory(self.expected_frames(preset, text_tokens))
+
     def text_ids(self, chunk: Chunk) -> Tensor:
         ids = self.tokenizer.encode(chunk.text.translate(QUOTES))
         return torch.tensor(ids, dtype=torch.long)
@@ -137,6 +152,20 @@ class VibeVoiceEngine(Engine):
         steps, cfg = self.option(chunk, "steps"), self.option(chunk, "cfg_scale")
         ids = self.text_ids(chunk)
         device, dtype, m = self.device, self.dtype, self.model
+        emit = chunk.emit
+        if emit is not None:
+            def run_stream():
+                at = 0          # a retried phase hands over from sample 0 again: the pipeline checks and drops it
+
+                def hand(audio: Tensor) -> None:
+                    nonlocal at
+                    samples = audio.float().mean(0).cpu()     # per frame what the plain path does to the whole
+                    emit(samples, at)
+                    at += samples.numel()
+                return generate(m, preset, ids, cfg_scale=cfg, steps=steps, generator=ctx.generator, device=device,
+                                dtype=dtype, on_audio=hand).audio.float().mean(0).cpu()
+            return ctx.run("stream", [self.lm, self.tts, self.decoder], run_stream,
+                           memory=self.stream_memory(preset, len(ids), steps))
 
         def run_generate():
             return generate(m, preset, ids, cfg_scale=cfg, steps=steps, generator=ctx.generator, device=device,

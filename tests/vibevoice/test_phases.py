@@ -5,6 +5,9 @@ on (fixtures/realtime.safetensors, see test_realtime_generate.py for its parity 
   steps and cfg_scale (torch.equal: the same ops; the engine only splits decoding into its own phase), also
   and resident or with every weight streamed on the strict simulated device the same audio as each other;
 - decoding the latents afterwards equals decoding them inline;
+- a caller taking the audio as it is made (on_audio) gets each frame's samples while the chunk is generated, in
+  one "stream" phase, joining to the plain run's audio exactly, also all streamed on the strict simulated
+  device and after an injected OOM retry;
 - the estimates grow with the request and cover what the phases allocate; the phase plan is the run order;
 - bad options and voices are refused by name.
 The text tokenizer here is a character-level BPE inside the tiny model's 96 ids (Qwen2.5's parity is
@@ -19,6 +22,7 @@ import pytest
 import torch
 
 from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+from mizuoto.nodes.pack.verify import FaultInjector
 from mizuoto.nodes.vibevoice.generate import decode_latents, generate
 from mizuoto.nodes.vibevoice.phases import DEFAULT_CFG, DEFAULT_STEPS, VibeVoiceEngine, default_first
 from mizuoto.nodes.vibevoice.text import NEGATIVE_TOKEN, TextTokenizer
@@ -89,9 +93,47 @@ def test_every_weight_streamed_gives_the_same_audio_and_the_estimates_cover_it(p
         streamed = [h.streamed_bytes for h in engine.handles]
         assert all(streamed) if mode == "none" else not any(streamed), (mode, streamed)
         phases = meta["memory"]["phases"]
-        assert list(phases) == ["generate", "decode"]
+        assert list(phases) == ["generate", "decode"] and meta["memory"]["plan"] == "followed"
         assert all(p["estimate_mb"] >= p["measured_mb"] for p in phases.values()), phases
     assert torch.equal(runs["normal"], runs["none"])
+
+
+def test_frames_are_handed_over_as_they_are_made_and_join_to_the_plain_run(parts, monkeypatch) -> None:
+    """on_audio on the strict simulated device with every weight streamed: one "stream" phase (the plan followed,
+    its estimate covering it) hands over each frame's hop_length samples before the chunk returns, joining to the
+    plain run's audio torch.equal; an OOM injected in the middle of the phase retries it and hands nothing over
+    twice."""
+    plain, _ = synthesize(engine_on(parts)[0], SpeakRequest(TEXT, seed=2))
+    monkeypatch.setattr(ModelHandle, "MIN_UNIT_BYTES", 16 << 10)
+    monkeypatch.setattr(ModelHandle, "TINY_UNIT_BYTES", 4 << 10)
+    total = sum(h.size_bytes for h in engine_on(parts)[0].handles)
+    engine, devices = engine_on(parts, capacity=total + 256 * (1 << 20), mode="none")
+    hop = engine.model.config.acoustic.hop_length
+    assert engine.capabilities.piece_samples == hop
+    got: list[torch.Tensor] = []
+    before_return: list[int] = []
+    speak_chunk = engine.speak_chunk
+
+    def counted(ctx, chunk):
+        wav = speak_chunk(ctx, chunk)
+        before_return.append(len(got))
+        return wav
+    monkeypatch.setattr(engine, "speak_chunk", counted)
+    wav, meta = synthesize(engine, SpeakRequest(TEXT, seed=2), on_audio=lambda piece, rate: got.append(piece))
+    assert torch.equal(wav, plain) and torch.equal(torch.cat(got), plain)
+    assert before_return == [plain.numel() // hop] and before_return[0] >= 2 and {p.numel() for p in got} == {hop}
+    assert all(h.streamed_bytes for h in engine.handles)
+    phases = meta["memory"]["phases"]
+    assert list(phases) == ["stream"] and meta["memory"]["plan"] == "followed"
+    assert phases["stream"]["estimate_mb"] >= phases["stream"]["measured_mb"], phases
+    with FaultInjector(devices.memory("cpu")) as faults:
+        start = faults.count
+        synthesize(engine, SpeakRequest(TEXT, seed=2), on_audio=lambda piece, rate: None)
+        middle = faults.points(start, faults.count)["stream"]["middle"]
+        faults.fail = {faults.count + middle}
+        got.clear()
+        wav, meta = synthesize(engine, SpeakRequest(TEXT, seed=2), on_audio=lambda piece, rate: got.append(piece))
+    assert meta["applied"]["oom_retries"] == 1 and torch.equal(wav, plain) and torch.equal(torch.cat(got), plain)
 
 
 def test_decoding_afterwards_equals_decoding_inline(parts) -> None:
@@ -116,7 +158,12 @@ def test_estimates_follow_the_request_and_the_plan_is_the_run_order(parts) -> No
     assert engine.decode_memory(40) > engine.decode_memory(4)
     # the context (64 positions here) bounds the frames planned for
     assert engine.expected_frames(preset, 40) == 64 - preset.tts_lm.length - 40
-    assert engine.phase_components() == [[engine.lm, engine.tts], [engine.decoder]]
+    assert engine.stream_memory(preset, 5, 5) == engine.generate_memory(preset, 5, 5) + \
+        engine.decode_memory(engine.expected_frames(preset, 5))
+    # streamed to the caller: one phase holding all three; otherwise generate, then decode (the two tests above
+    # check that requests follow it both ways)
+    assert engine.phase_components() == [[engine.lm, engine.tts, engine.decoder], [engine.lm, engine.tts],
+                                         [engine.decoder]]
     assert engine.tts.layout is not None and [h.kind for h in engine.handles] == ["sequence", "sequence", "oneshot"]
 
 

@@ -11,7 +11,8 @@ quotes are normalised as upstream's command line does), the frame count (exact, 
 the audio at test_realtime_generate.BOUND = 1e-5 of its scale (measured at most 5.0e-7 under
 ATEN_CPU_CAPABILITY=default / avx2 with MKL_CBWR=COMPATIBLE and with two threads; on the recording machine
 equal bit for bit), every stop decision at least EOS_MARGIN from the threshold. Live (reference venv present): the
-audio `torch.equal` to upstream run afresh.
+audio `torch.equal` to upstream run afresh. Every other case is taken as it is made (on_audio, the "stream" phase:
+upstream's generate with its AudioStreamer), its pieces one frame each and joined equal to the returned audio.
 """
 from __future__ import annotations
 
@@ -44,9 +45,10 @@ def model(tmp_path_factory):
         yield loaded
 
 
-def run(model, monkeypatch, case: dict) -> tuple[torch.Tensor, list[list[int]], list[float]]:
-    """speak() on the case: its audio, the text ids of each generate call and every EOS logit drawn."""
-    ids, eos = [], []
+def run(model, monkeypatch, case: dict, stream: bool) -> tuple[torch.Tensor, list[list[int]], list[float]]:
+    """speak() on the case: its audio, the text ids of each generate call and every EOS logit drawn. `stream`:
+    with on_audio, checking that the pieces are single frames and join to the audio."""
+    ids, eos, pieces = [], [], []
 
     def recorded(*args, **kwargs):
         ids.append(args[2].tolist())
@@ -57,13 +59,20 @@ def run(model, monkeypatch, case: dict) -> tuple[torch.Tensor, list[list[int]], 
     phases_generate = phases.generate
     monkeypatch.setattr(phases, "generate", recorded)
     wav, _ = speak(model, SpeakRequest(case["text"], seed=case["seed"], voice=case["voice"],
-                                       options={"steps": case["steps"], "cfg_scale": case["cfg_scale"]}))
+                                       options={"steps": case["steps"], "cfg_scale": case["cfg_scale"]}),
+                   on_audio=(lambda piece, rate: pieces.append(piece)) if stream else None)
+    if stream:
+        with model.using() as engine:
+            hop = engine.capabilities.piece_samples
+        sizes = [p.numel() for p in pieces]
+        assert len(pieces) == wav.numel() // hop >= 2 and set(sizes) == {hop}, sizes
+        assert torch.equal(torch.cat(pieces), wav.reshape(-1))
     return wav.reshape(-1), ids, eos
 
 
 def check(model, monkeypatch, expected: dict[str, torch.Tensor], exact: bool) -> None:
     for i, case in enumerate(CASES):
-        wav, ids, eos = run(model, monkeypatch, case)
+        wav, ids, eos = run(model, monkeypatch, case, stream=i % 2 == 1)
         assert ids == [expected[f"ids.{i}"].tolist()], case["text"]
         ref = expected[f"audio.{i}"]
         assert wav.shape == ref.shape, (case["text"], wav.shape, ref.shape)
