@@ -28,7 +28,8 @@ from .export import sovits_checkpoint
 from .loader import GPTSoVITS, pair
 from .s1_data import S1Preparer, clip_name
 from .s2_data import S2Preparer, S2Sample, collate
-from .s2_train import (MultiPeriodDiscriminator, S2Hparams, make_optimizers, make_schedulers, train_step,
+from .s2_train import (MultiPeriodDiscriminator, S2Batch, S2Hparams, make_optimizers, make_schedulers,
+                       settle_scripted_gate, train_step,
                        training_generator)
 
 MIN_DATASET = 100
@@ -118,6 +119,20 @@ def check_segments(entries: list[ListEntry], samples: list[S2Sample], frames: in
                              f"{frames}-frame segments (clips of at least {frames / 50:.2f} s)")
 
 
+def sovits_loop(net_g: nn.Module, net_d: nn.Module, data: list[S2Batch], hp: S2Hparams, tools: Tools, *, seed: int,
+                checkpoint: Path, options: str) -> TrainLoop:
+    """Both networks (on their device), their optimizers and schedulers in a resumable TrainLoop: one batch a
+    step; its checkpoint holds G and D, both optimizers, both schedulers, the step, the data order and the RNG
+    states (TrainLoop's), and `options`, which a resume must match."""
+    settle_scripted_gate()
+    nets = nn.ModuleDict({"g": net_g, "d": net_d}).train()
+    optim_g, optim_d = make_optimizers(net_g, net_d, hp)
+    optimizers = _Optimizers(optim_g, optim_d, make_schedulers((optim_g, optim_d), hp))
+    recipe = S2Recipe(nets, optimizers, hp, len(data), tools.mixed_precision, options)
+    return TrainLoop(nets, optimizers, data, None, tools, seed=seed, checkpoint=checkpoint, step=recipe.batch,
+                     extra=recipe)
+
+
 def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, save_name: str, epochs: int,
                  batch_size: int, seed: int, tools: Tools, device: str, checkpoint: Path,
                  discriminator: Path | None, options: str,
@@ -153,13 +168,8 @@ def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, sav
         net_d.load_state_dict(state_dict(obj, Path(discriminator), key="weight"), strict=True)
     else:
         notes.append("no pretrained discriminator (s2D*.pth): trained from a seeded initialisation")
-    nets = nn.ModuleDict({"g": net_g, "d": net_d}).to(device).train()
-    optim_g, optim_d = make_optimizers(net_g, net_d, hp)
-    schedulers = make_schedulers((optim_g, optim_d), hp)
-    optimizers = _Optimizers(optim_g, optim_d, schedulers)
-    recipe = S2Recipe(nets, optimizers, hp, len(data), tools.mixed_precision, options)
-    loop = TrainLoop(nets, optimizers, data, None, tools, seed=seed, checkpoint=checkpoint, step=recipe.batch,
-                     extra=recipe)
+    loop = sovits_loop(net_g.to(device), net_d.to(device), data, hp, tools, seed=seed, checkpoint=checkpoint,
+                       options=options)
     if checkpoint.is_file():
         try:
             loop.resume()
