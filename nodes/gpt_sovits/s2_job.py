@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from torch import nn
 
 from ...training.datasets import ListEntry
 from ...training.job import TrainLoop
+from ...training.step import prepare
 from ...training.memory import Tools
 from ..formats.checkpoint import load_pickle, load_pickle_with_records, state_dict
 from .export import sovits_checkpoint
@@ -126,7 +127,13 @@ def sovits_loop(net_g: nn.Module, net_d: nn.Module, data: list[S2Batch], hp: S2H
     states (TrainLoop's), and `options`, which a resume must match."""
     settle_scripted_gate()
     nets = nn.ModuleDict({"g": net_g, "d": net_d}).train()
-    optim_g, optim_d = make_optimizers(net_g, net_d, hp)
+    # checkpointed: each WaveNet (enc_q's and the flow's), each HiFi-GAN residual block and each sub-discriminator
+    # (recomputed with the forward's RNG state: the same dropout masks, the same numbers); frozen as upstream's
+    # freeze_quantizer (ssl_proj and the quantizer), never in half: the nearest-code search would pick other codes
+    blocks = [net_g.enc_q.enc, *(f.enc for f in net_g.flow.flows if hasattr(f, "enc")), *net_g.dec.resblocks,
+              *net_d.discriminators]
+    prepare(nets, replace(tools, frozen_half=False), blocks=blocks, frozen=[net_g.ssl_proj, net_g.quantizer])
+    optim_g, optim_d = make_optimizers(net_g, net_d, hp, host=tools.host_optimizer)
     optimizers = _Optimizers(optim_g, optim_d, make_schedulers((optim_g, optim_d), hp))
     recipe = S2Recipe(nets, optimizers, hp, len(data), tools.mixed_precision, options)
     return TrainLoop(nets, optimizers, data, None, tools, seed=seed, checkpoint=checkpoint, step=recipe.batch,
@@ -138,9 +145,6 @@ def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, sav
                  discriminator: Path | None, options: str,
                  progress: Callable[[str, int, int, float | None], None] | None = None,
                  interrupted: Callable[[], bool] = lambda: False) -> S2StageResult:
-    if tools.gradient_checkpointing or tools.host_optimizer:
-        raise ValueError("GPT-SoVITS SoVITS training: gradient checkpointing and the host-side optimizer are not "
-                         "applied to the SoVITS stage yet; choose the preset fast or balanced")
     state, config = base_generator_state(base)
     hp = S2Hparams.from_config(config, f"{pair(base)[1]} (config)")
     cfg = bundle.sovits.cfg

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...training.memory import HostAdamW
 from ..blocks.mel import mel_filters
 from .sovits import (LRELU_SLOPE, STYLE_BINS, WEIGHT_NORMED, WN, Encoder, RelativeAttention, SoVITSConfig,
                      SynthesizerTrn, TextEncoder)
@@ -488,18 +489,20 @@ def kl_loss(z_p: Tensor, logs_q: Tensor, m_p: Tensor, logs_p: Tensor, z_mask: Te
 # ---- optimizers and the step --------------------------------------------------------------------------------
 
 
-def make_optimizers(net_g: SynthesizerTrn, net_d: MultiPeriodDiscriminator, hp: S2Hparams
-                    ) -> tuple[torch.optim.AdamW, torch.optim.AdamW]:
+def make_optimizers(net_g: SynthesizerTrn, net_d: MultiPeriodDiscriminator, hp: S2Hparams, host: bool = False
+                    ) -> tuple[torch.optim.AdamW | HostAdamW, torch.optim.AdamW | HostAdamW]:
     """s2_train.run: AdamW for G in four groups (the text embedding, phone encoder and MRTE at the low
-    rate), AdamW for D, both with upstream's betas and eps (weight decay: torch's default)."""
+    rate), AdamW for D, both with upstream's betas and eps (weight decay: torch's default); with `host`,
+    the same groups in the host-side AdamW (preset lowest)."""
     low = [net_g.enc_p.text_embedding, net_g.enc_p.encoder_text, net_g.enc_p.mrte]
     low_ids = {id(p) for m in low for p in m.parameters()}
     base = [p for p in net_g.parameters() if id(p) not in low_ids and p.requires_grad]
     lr = hp.learning_rate
     groups = [{"params": base, "lr": lr}] + [{"params": list(m.parameters()), "lr": lr * hp.text_low_lr_rate}
                                               for m in low]
-    optim_g = torch.optim.AdamW(groups, lr, betas=hp.betas, eps=hp.eps)
-    optim_d = torch.optim.AdamW(net_d.parameters(), lr, betas=hp.betas, eps=hp.eps)
+    adamw = HostAdamW if host else torch.optim.AdamW
+    optim_g = adamw(groups, lr, betas=hp.betas, eps=hp.eps)
+    optim_d = adamw([p for p in net_d.parameters() if p.requires_grad], lr, betas=hp.betas, eps=hp.eps)
     return optim_g, optim_d
 
 
@@ -508,7 +511,8 @@ def make_schedulers(optimizers: Iterable[torch.optim.Optimizer], hp: S2Hparams
     """ExponentialLR(gamma=lr_decay), stepped once before the first epoch as s2_train.run does at epoch 1."""
     out = []
     for opt in optimizers:
-        sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=hp.lr_decay, last_epoch=-1)
+        inner = opt.optimizer if isinstance(opt, HostAdamW) else opt   # the host AdamW's rates live in its inner one
+        sched = torch.optim.lr_scheduler.ExponentialLR(inner, gamma=hp.lr_decay, last_epoch=-1)
         sched.step()
         out.append(sched)
     return out

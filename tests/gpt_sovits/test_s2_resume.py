@@ -1,6 +1,7 @@
 """The SoVITS (s2) stage's interrupt and resume on the tiny s2 case (s2_tiny, discriminator narrowed 16x):
 the checkpoint an interrupt writes (G and D, both AdamW, both ExponentialLR, step, data order, RNG states)
-resumes to the uninterrupted run's losses and weights, torch.equal. Eight ~1 s steps in all: `slow`."""
+resumes to the uninterrupted run's losses and weights, torch.equal; the `low` / `lowest` tools in float32 equal
+`fast`. About a second a step: `slow`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -62,3 +63,26 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
 
     with pytest.raises(ValueError, match="other options"):
         make_loop(tmp_path / "job.pt", options="other").resume()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["low", "lowest"])
+def test_low_presets_in_float32_equal_fast(tmp_path, preset):
+    """`low`'s gradient checkpointing (WaveNets, HiFi-GAN residual blocks, sub-discriminators: recomputed with
+    the forward's RNG state) and `lowest`'s host-side AdamW (both AdamW in their groups, ExponentialLR on its
+    inner optimizer) change no number by themselves: with float32 weights (mixed precision off, what a
+    method's hyperparameters can ask) three steps, an epoch's end included, equal `fast`'s bit for bit."""
+    fast = make_loop(tmp_path / "fast.pt")
+    fast.run(3)
+    ours = make_loop(tmp_path / f"{preset}.pt", preset, {"mixed_precision": None})
+    assert ours.tools.gradient_checkpointing and ours.tools.host_optimizer == (preset == "lowest")
+    g = ours.model["g"]
+    assert all("forward" in vars(m) for m in (g.enc_q.enc, g.dec.resblocks[0], ours.model["d"].discriminators[0]))
+    assert not g.ssl_proj.weight.requires_grad and g.ssl_proj.weight.dtype == torch.float32
+    ours.run(3)
+    assert ours.losses == fast.losses and ours.extra.history == fast.extra.history
+    a, b = weights(ours), weights(fast)
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    if preset == "lowest":
+        assert [g["lr"] for g in ours.optimizer.optim_g.param_groups] == \
+            [g["lr"] for g in fast.optimizer.optim_g.param_groups]
