@@ -126,6 +126,11 @@ def sovits_loop(net_g: nn.Module, net_d: nn.Module, data: list[S2Batch], hp: S2H
     step; its checkpoint holds G and D, both optimizers, both schedulers, the step, the data order and the RNG
     states (TrainLoop's), and `options`, which a resume must match."""
     settle_scripted_gate()
+    if tools.host_optimizer:
+        # half device weights do not run through this forward (the channel LayerNorm meets float32 activations:
+        # "mixed dtype (CPU)"), so lowest keeps float32 weights and compute: the host AdamW then rounds nothing
+        # and lowest's numbers are fast's (test_s2_resume.py)
+        tools = replace(tools, mixed_precision=None)
     nets = nn.ModuleDict({"g": net_g, "d": net_d}).train()
     # checkpointed: each WaveNet (enc_q's and the flow's), each HiFi-GAN residual block and each sub-discriminator
     # (recomputed with the forward's RNG state: the same dropout masks, the same numbers); frozen as upstream's
@@ -174,6 +179,8 @@ def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, sav
         notes.append("no pretrained discriminator (s2D*.pth): trained from a seeded initialisation")
     loop = sovits_loop(net_g.to(device), net_d.to(device), data, hp, tools, seed=seed, checkpoint=checkpoint,
                        options=options)
+    if tools.host_optimizer:
+        notes.append("SoVITS stage at lowest: float32 weights and compute (host-side AdamW rounds nothing)")
     if checkpoint.is_file():
         try:
             loop.resume()

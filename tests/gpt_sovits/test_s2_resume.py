@@ -84,5 +84,6 @@ def test_low_presets_in_float32_equal_fast(tmp_path, preset):
     a, b = weights(ours), weights(fast)
     assert all(torch.equal(a[n], b[n]) for n in a)
     if preset == "lowest":
+        assert make_loop(tmp_path / "default.pt", "lowest").tools.mixed_precision is None   # the stage keeps float32
         assert [g["lr"] for g in ours.optimizer.optim_g.param_groups] == \
             [g["lr"] for g in fast.optimizer.optim_g.param_groups]
