@@ -2,6 +2,8 @@
 
     python bench/training.py --device cuda:0               # the published s1 size (512 wide, 24 layers, 16 heads)
     python bench/training.py --device cpu --tiny           # what tests/test_bench_training.py runs
+    python bench/training.py --stage s2 --device cuda:0    # the SoVITS stage (published s2.json size), fast / low / lowest
+        --frames N                                         # s2: spectrogram frames a clip (default 250: 5 s)
         --batch N --phones N --tokens N --batches N        # batch shape (default 8 x (80 phones + 250 tokens)), 9 batches
 
 Random weights in the published layout (no download). Each preset runs the recipe (forward_old's loss,
@@ -70,6 +72,98 @@ def run(preset: str, model_cfg: dict, data: list[s1_train.S1Batch], device: torc
             or "upstream's float32 recipe"}
 
 
+# upstream's s2.json (v2): the published SoVITS size; the tiny one keeps the widths upstream hard-codes (192 hidden,
+# MRTE 512, gin 512) with a narrow decoder and a 16x narrower discriminator
+S2_PUBLISHED = {"train": {"segment_size": 20480, "learning_rate": 1e-4, "betas": [0.8, 0.99], "eps": 1e-9,
+                          "lr_decay": 0.999875, "c_mel": 45, "c_kl": 1.0, "text_low_lr_rate": 0.4},
+                "data": {"max_wav_value": 32768.0, "sampling_rate": 32000, "filter_length": 2048, "hop_length": 640,
+                         "win_length": 2048, "n_mel_channels": 128, "mel_fmin": 0.0, "mel_fmax": None},
+                "model": {"inter_channels": 192, "hidden_channels": 192, "filter_channels": 768, "n_heads": 2,
+                          "n_layers": 6, "kernel_size": 3, "p_dropout": 0.1, "resblock": "1",
+                          "resblock_kernel_sizes": [3, 7, 11], "resblock_dilation_sizes": [[1, 3, 5]] * 3,
+                          "upsample_rates": [10, 8, 2, 2, 2], "upsample_initial_channel": 512,
+                          "upsample_kernel_sizes": [16, 16, 8, 2, 2], "n_layers_q": 3, "use_spectral_norm": False,
+                          "gin_channels": 512, "semantic_frame_rate": "25hz", "freeze_quantizer": True}}
+S2_TINY = {**S2_PUBLISHED, "train": {**S2_PUBLISHED["train"], "segment_size": 5120},
+           "model": {**S2_PUBLISHED["model"], "inter_channels": 8, "filter_channels": 32, "n_layers": 2,
+                     "resblock_kernel_sizes": [3, 5], "resblock_dilation_sizes": [[1, 3, 5]] * 2,
+                     "upsample_initial_channel": 32, "upsample_kernel_sizes": [16, 16, 4, 4, 4]}}
+S2_PRESETS = ("fast", "low", "lowest")
+
+
+def s2_batches(n: int, size: int, frames: int, phones: int) -> list:
+    """TextAudioSpeakerCollate-shaped random batches: `size` clips of `frames` spectrogram frames."""
+    from mizuoto.nodes.gpt_sovits.s2_train import S2Batch
+    g = torch.Generator().manual_seed(0)
+    hop = S2_PUBLISHED["data"]["hop_length"]
+    lengths = torch.full((size,), frames)
+    return [S2Batch(torch.randn(size, 768, frames, generator=g), lengths,
+                    torch.rand(size, 1025, frames, generator=g) + 0.01, lengths,
+                    0.5 * torch.tanh(torch.randn(size, 1, frames * hop, generator=g)), lengths * hop,
+                    torch.randint(1, 732, (size, phones), generator=g), torch.full((size,), phones)) for _ in range(n)]
+
+
+def run_s2(preset: str, hps: dict, divisor: int, data: list, device: torch.device) -> dict:
+    """The SoVITS stage (sovits_loop: D then G a batch) on fresh random weights; the estimate is s2_job's
+    (weights, gradients, AdamW, weight-norm copies: no activation term yet)."""
+    from pathlib import Path
+    from tempfile import TemporaryDirectory
+
+    from mizuoto.nodes.gpt_sovits.s2_job import memory_mb, sovits_loop
+    from mizuoto.nodes.gpt_sovits.s2_train import MultiPeriodDiscriminator, S2Hparams, training_generator
+    from mizuoto.nodes.gpt_sovits.sovits import SoVITSConfig
+    tools = resolve_tools(preset)
+    times: list[float] = []
+
+    def steps() -> float:
+        nonlocal tools
+        torch.manual_seed(0)
+        net_g = training_generator(SoVITSConfig.from_hparams(hps, "v2", 732, "bench")).to(device)
+        net_d = MultiPeriodDiscriminator("v2", divisor).to(device)
+        with TemporaryDirectory() as tmp:
+            loop = sovits_loop(net_g, net_d, [b.to(device) for b in data], S2Hparams.from_config(hps), tools, seed=0,
+                               checkpoint=Path(tmp) / "state.pt", options="bench")
+            tools = loop.tools       # the stage's own (lowest keeps float32)
+            for i in range(len(data)):
+                start = time.perf_counter()
+                loop.run(i + 1)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times.append(time.perf_counter() - start)
+        return memory_mb(net_g, net_d) * MB
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        estimate = steps()
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        with DeviceService(simulate={"cpu": 1 << 50}).tracking("cpu") as tracker:
+            estimate = steps()
+        peak = tracker.peak_bytes
+    return {"preset": preset, "estimate_mb": estimate / MB, "peak_mb": peak / MB,
+            "s_per_step": statistics.median(times[1:]) if len(times) > 1 else times[0],
+            "numerics": ", ".join(n for n in tools.numerics_changes() if not n.startswith("frozen"))
+            or "upstream's float32 recipe"}
+
+
+def main_s2(args: argparse.Namespace) -> list[dict]:
+    device = torch.device(args.device)
+    hps, divisor = (S2_TINY, 16) if args.tiny else (S2_PUBLISHED, 1)
+    data = s2_batches(args.batches, args.batch, args.frames, args.phones)
+    print(f"GPT-SoVITS s2 (SoVITS) training on {device}: {'tiny' if args.tiny else 'published'} size, batch "
+          f"{args.batch} x {args.frames} frames ({hps['train']['segment_size']}-sample segments), {args.batches} "
+          f"batches, torch {torch.__version__}; estimate without activations")
+    print(f"{'preset':10s} {'estimate MB':>12s} {'peak MB':>10s} {'est/peak':>9s} {'s/step':>8s}  numerics")
+    rows = []
+    for preset in S2_PRESETS:
+        row = run_s2(preset, hps, divisor, data, device)
+        rows.append(row)
+        print(f"{preset:10s} {row['estimate_mb']:12.1f} {row['peak_mb']:10.1f} "
+              f"{row['estimate_mb'] / row['peak_mb']:9.2f} {row['s_per_step']:8.3f}  {row['numerics']}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
@@ -78,7 +172,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--phones", type=int, default=80)
     parser.add_argument("--tokens", type=int, default=250)
     parser.add_argument("--batches", type=int, default=9)
+    parser.add_argument("--stage", choices=("s1", "s2"), default="s1", help="s2: the SoVITS stage's presets")
+    parser.add_argument("--frames", type=int, default=250, help="s2: spectrogram frames a clip (50 a second)")
     args = parser.parse_args(argv)
+    if args.stage == "s2":
+        return main_s2(args)
     device = torch.device(args.device)
     model_cfg = TINY if args.tiny else PUBLISHED
     data = [b.to(device) for b in batches(args.batches, args.batch, args.phones, args.tokens, model_cfg["EOS"])]

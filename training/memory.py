@@ -83,13 +83,18 @@ def resolve_tools(preset: str, method: Mapping[str, Any] | None = None) -> Tools
 class HostAdamW:
     """AdamW on the CPU over a float32 master copy of `params` (see the module docstring).
 
-    `params` are the device parameters (any floating dtype, one device); their `.grad` after backward
-    is read by `step()`, which then writes the rounded new weights into them and clears the grads.
+    `params` are the device parameters (any floating dtype, one device), or param groups as torch's
+    optimizers take them (dicts with "params" and their own options); their `.grad` after backward is
+    read by `step()`, which then writes the rounded new weights into them and clears the grads. A
+    parameter with no gradient is skipped that step, as torch.optim.AdamW skips it (no decay, no moments).
     """
 
-    def __init__(self, params: Iterable[nn.Parameter], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
-        self.params = [p for p in params if p.requires_grad]
+    def __init__(self, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
+        given = list(params)
+        groups = given if given and isinstance(given[0], Mapping) else [{"params": given}]
+        groups = [{**g, "params": [p for p in g["params"] if p.requires_grad]} for g in groups]
+        self.params = [p for g in groups for p in g["params"]]
         if not self.params:
             raise ValueError("HostAdamW: no trainable parameters")
         devices = {p.device for p in self.params}
@@ -119,7 +124,11 @@ class HostAdamW:
                 view.grad = self.grads[off:off + p.numel()].view(p.shape)
                 masters.append(view)
         self.views = masters
-        self.optimizer = torch.optim.AdamW(masters, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+        view_groups, at = [], 0
+        for g in groups:
+            view_groups.append({**g, "params": masters[at:at + len(g["params"])]})
+            at += len(g["params"])
+        self.optimizer = torch.optim.AdamW(view_groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                            foreach=False)
 
     @property
@@ -144,6 +153,8 @@ class HostAdamW:
         for i, p in enumerate(self.params):
             off = self.offsets[i]
             self.grads[off:off + p.numel()].copy_(self._view(p, i))
+            # no gradient: AdamW skips the master view too (the rounded copy back then leaves p as it was)
+            self.views[i].grad = None if p.grad is None else self.grads[off:off + p.numel()].view(p.shape)
         self.optimizer.step()
         for i, p in enumerate(self.params):
             off = self.offsets[i]

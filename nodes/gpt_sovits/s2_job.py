@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,15 @@ from torch import nn
 
 from ...training.datasets import ListEntry
 from ...training.job import TrainLoop
+from ...training.step import prepare
 from ...training.memory import Tools
 from ..formats.checkpoint import load_pickle, load_pickle_with_records, state_dict
 from .export import sovits_checkpoint
 from .loader import GPTSoVITS, pair
 from .s1_data import S1Preparer, clip_name
 from .s2_data import S2Preparer, S2Sample, collate
-from .s2_train import (MultiPeriodDiscriminator, S2Hparams, make_optimizers, make_schedulers, train_step,
+from .s2_train import (MultiPeriodDiscriminator, S2Batch, S2Hparams, make_optimizers, make_schedulers,
+                       settle_scripted_gate, train_step,
                        training_generator)
 
 MIN_DATASET = 100
@@ -118,14 +120,36 @@ def check_segments(entries: list[ListEntry], samples: list[S2Sample], frames: in
                              f"{frames}-frame segments (clips of at least {frames / 50:.2f} s)")
 
 
+def sovits_loop(net_g: nn.Module, net_d: nn.Module, data: list[S2Batch], hp: S2Hparams, tools: Tools, *, seed: int,
+                checkpoint: Path, options: str) -> TrainLoop:
+    """Both networks (on their device), their optimizers and schedulers in a resumable TrainLoop: one batch a
+    step; its checkpoint holds G and D, both optimizers, both schedulers, the step, the data order and the RNG
+    states (TrainLoop's), and `options`, which a resume must match."""
+    settle_scripted_gate()
+    if tools.host_optimizer:
+        # half device weights do not run through this forward (the channel LayerNorm meets float32 activations:
+        # "mixed dtype (CPU)"), so lowest keeps float32 weights and compute: the host AdamW then rounds nothing
+        # and lowest's numbers are fast's (test_s2_resume.py)
+        tools = replace(tools, mixed_precision=None)
+    nets = nn.ModuleDict({"g": net_g, "d": net_d}).train()
+    # checkpointed: each WaveNet (enc_q's and the flow's), each HiFi-GAN residual block and each sub-discriminator
+    # (recomputed with the forward's RNG state: the same dropout masks, the same numbers); frozen as upstream's
+    # freeze_quantizer (ssl_proj and the quantizer), never in half: the nearest-code search would pick other codes
+    blocks = [net_g.enc_q.enc, *(f.enc for f in net_g.flow.flows if hasattr(f, "enc")), *net_g.dec.resblocks,
+              *net_d.discriminators]
+    prepare(nets, replace(tools, frozen_half=False), blocks=blocks, frozen=[net_g.ssl_proj, net_g.quantizer])
+    optim_g, optim_d = make_optimizers(net_g, net_d, hp, host=tools.host_optimizer)
+    optimizers = _Optimizers(optim_g, optim_d, make_schedulers((optim_g, optim_d), hp))
+    recipe = S2Recipe(nets, optimizers, hp, len(data), tools.mixed_precision, options)
+    return TrainLoop(nets, optimizers, data, None, tools, seed=seed, checkpoint=checkpoint, step=recipe.batch,
+                     extra=recipe)
+
+
 def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, save_name: str, epochs: int,
                  batch_size: int, seed: int, tools: Tools, device: str, checkpoint: Path,
                  discriminator: Path | None, options: str,
                  progress: Callable[[str, int, int, float | None], None] | None = None,
                  interrupted: Callable[[], bool] = lambda: False) -> S2StageResult:
-    if tools.gradient_checkpointing or tools.host_optimizer:
-        raise ValueError("GPT-SoVITS SoVITS training: gradient checkpointing and the host-side optimizer are not "
-                         "applied to the SoVITS stage yet; choose the preset fast or balanced")
     state, config = base_generator_state(base)
     hp = S2Hparams.from_config(config, f"{pair(base)[1]} (config)")
     cfg = bundle.sovits.cfg
@@ -153,13 +177,10 @@ def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, sav
         net_d.load_state_dict(state_dict(obj, Path(discriminator), key="weight"), strict=True)
     else:
         notes.append("no pretrained discriminator (s2D*.pth): trained from a seeded initialisation")
-    nets = nn.ModuleDict({"g": net_g, "d": net_d}).to(device).train()
-    optim_g, optim_d = make_optimizers(net_g, net_d, hp)
-    schedulers = make_schedulers((optim_g, optim_d), hp)
-    optimizers = _Optimizers(optim_g, optim_d, schedulers)
-    recipe = S2Recipe(nets, optimizers, hp, len(data), tools.mixed_precision, options)
-    loop = TrainLoop(nets, optimizers, data, None, tools, seed=seed, checkpoint=checkpoint, step=recipe.batch,
-                     extra=recipe)
+    loop = sovits_loop(net_g.to(device), net_d.to(device), data, hp, tools, seed=seed, checkpoint=checkpoint,
+                       options=options)
+    if tools.host_optimizer:
+        notes.append("SoVITS stage at lowest: float32 weights and compute (host-side AdamW rounds nothing)")
     if checkpoint.is_file():
         try:
             loop.resume()

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...training.memory import HostAdamW
 from ..blocks.mel import mel_filters
 from .sovits import (LRELU_SLOPE, STYLE_BINS, WEIGHT_NORMED, WN, Encoder, RelativeAttention, SoVITSConfig,
                      SynthesizerTrn, TextEncoder)
@@ -171,14 +172,14 @@ def _padding(kernel_size: int, dilation: int = 1) -> int:
 
 
 class DiscriminatorP(nn.Module):
-    def __init__(self, period: int, kernel_size: int = 5, stride: int = 3) -> None:
+    def __init__(self, period: int, kernel_size: int = 5, stride: int = 3, divisor: int = 1) -> None:
         super().__init__()
         self.period = period
-        chans = (1, 32, 128, 512, 1024, 1024)
+        chans = (1, *(c // divisor for c in (32, 128, 512, 1024, 1024)))
         self.convs = nn.ModuleList(
             weight_norm(nn.Conv2d(chans[i], chans[i + 1], (kernel_size, 1), (stride, 1) if i < 4 else 1,
                                   padding=(_padding(kernel_size, 1), 0))) for i in range(5))
-        self.conv_post = weight_norm(nn.Conv2d(1024, 1, (3, 1), 1, padding=(1, 0)))
+        self.conv_post = weight_norm(nn.Conv2d(chans[-1], 1, (3, 1), 1, padding=(1, 0)))
 
     def forward(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         fmap = []
@@ -197,13 +198,15 @@ class DiscriminatorP(nn.Module):
 
 
 class DiscriminatorS(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, divisor: int = 1) -> None:
         super().__init__()
-        self.convs = nn.ModuleList(weight_norm(c) for c in (
-            nn.Conv1d(1, 16, 15, 1, padding=7), nn.Conv1d(16, 64, 41, 4, groups=4, padding=20),
-            nn.Conv1d(64, 256, 41, 4, groups=16, padding=20), nn.Conv1d(256, 1024, 41, 4, groups=64, padding=20),
-            nn.Conv1d(1024, 1024, 41, 4, groups=256, padding=20), nn.Conv1d(1024, 1024, 5, 1, padding=2)))
-        self.conv_post = weight_norm(nn.Conv1d(1024, 1, 3, 1, padding=1))
+        c = [max(1, n // divisor) for n in (16, 64, 256, 1024)]
+        g = [max(1, n // divisor) for n in (4, 16, 64, 256)]
+        self.convs = nn.ModuleList(weight_norm(conv) for conv in (
+            nn.Conv1d(1, c[0], 15, 1, padding=7), nn.Conv1d(c[0], c[1], 41, 4, groups=g[0], padding=20),
+            nn.Conv1d(c[1], c[2], 41, 4, groups=g[1], padding=20), nn.Conv1d(c[2], c[3], 41, 4, groups=g[2], padding=20),
+            nn.Conv1d(c[3], c[3], 41, 4, groups=g[3], padding=20), nn.Conv1d(c[3], c[3], 5, 1, padding=2)))
+        self.conv_post = weight_norm(nn.Conv1d(c[3], 1, 3, 1, padding=1))
 
     def forward(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         fmap = []
@@ -217,12 +220,16 @@ class DiscriminatorS(nn.Module):
 
 class MultiPeriodDiscriminator(nn.Module):
     """models.MultiPeriodDiscriminator (use_spectral_norm false): one scale, five (v2Pro: seven) periods;
-    parameter names as the s2D*.pth `weight` dict."""
+    parameter names as the s2D*.pth `weight` dict. `divisor` narrows every width (upstream's: 1) for the
+    tests' tiny configs: the full-size one makes a CPU step take seconds."""
 
-    def __init__(self, version: str = "v2") -> None:
+    def __init__(self, version: str = "v2", divisor: int = 1) -> None:
         super().__init__()
+        if isinstance(divisor, bool) or not isinstance(divisor, int) or divisor < 1 or 1024 % divisor:
+            raise ValueError(f"discriminator divisor = {divisor!r}; expected a power of two from 1 to 1024")
         periods = MPD_PERIODS_V2PRO if version in ("v2Pro", "v2ProPlus") else MPD_PERIODS
-        self.discriminators = nn.ModuleList([DiscriminatorS(), *(DiscriminatorP(p) for p in periods)])
+        self.discriminators = nn.ModuleList([DiscriminatorS(divisor),
+                                             *(DiscriminatorP(p, divisor=divisor) for p in periods)])
 
     def forward(self, y: Tensor, y_hat: Tensor) -> tuple[list[Tensor], list[Tensor], list[list[Tensor]],
                                                           list[list[Tensor]]]:
@@ -344,6 +351,16 @@ def _fused_add_tanh_sigmoid_multiply(input_a: Tensor, input_b: Tensor, n_channel
     t_act = torch.tanh(in_act[:, :n_channels_int, :])
     s_act = torch.sigmoid(in_act[:, n_channels_int:, :])
     return t_act * s_act
+
+
+def settle_scripted_gate() -> None:
+    """One throwaway differentiated call of the scripted gate. TorchScript's profiling executor runs a process's
+    first call with eager autograd and every later one (any shape) with its autodiff, whose gradients round
+    differently: after this call every step of a job takes the autodiff path, so a job resumed in a new process
+    continues exactly as the uninterrupted one (upstream's own first step, in a fresh process, takes the eager
+    path for its first WaveNet layer; the golden steps of test_s2_train do not settle)."""
+    a = torch.zeros(1, 2, 1, requires_grad=True)
+    _fused_add_tanh_sigmoid_multiply(a, torch.zeros(1, 2, 1), torch.IntTensor([1])).sum().backward()
 
 
 def wavenet(wn: WN, x: Tensor, x_mask: Tensor, g: Tensor) -> Tensor:
@@ -472,18 +489,20 @@ def kl_loss(z_p: Tensor, logs_q: Tensor, m_p: Tensor, logs_p: Tensor, z_mask: Te
 # ---- optimizers and the step --------------------------------------------------------------------------------
 
 
-def make_optimizers(net_g: SynthesizerTrn, net_d: MultiPeriodDiscriminator, hp: S2Hparams
-                    ) -> tuple[torch.optim.AdamW, torch.optim.AdamW]:
+def make_optimizers(net_g: SynthesizerTrn, net_d: MultiPeriodDiscriminator, hp: S2Hparams, host: bool = False
+                    ) -> tuple[torch.optim.AdamW | HostAdamW, torch.optim.AdamW | HostAdamW]:
     """s2_train.run: AdamW for G in four groups (the text embedding, phone encoder and MRTE at the low
-    rate), AdamW for D, both with upstream's betas and eps (weight decay: torch's default)."""
+    rate), AdamW for D, both with upstream's betas and eps (weight decay: torch's default); with `host`,
+    the same groups in the host-side AdamW (preset lowest)."""
     low = [net_g.enc_p.text_embedding, net_g.enc_p.encoder_text, net_g.enc_p.mrte]
     low_ids = {id(p) for m in low for p in m.parameters()}
     base = [p for p in net_g.parameters() if id(p) not in low_ids and p.requires_grad]
     lr = hp.learning_rate
     groups = [{"params": base, "lr": lr}] + [{"params": list(m.parameters()), "lr": lr * hp.text_low_lr_rate}
                                               for m in low]
-    optim_g = torch.optim.AdamW(groups, lr, betas=hp.betas, eps=hp.eps)
-    optim_d = torch.optim.AdamW(net_d.parameters(), lr, betas=hp.betas, eps=hp.eps)
+    adamw = HostAdamW if host else torch.optim.AdamW
+    optim_g = adamw(groups, lr, betas=hp.betas, eps=hp.eps)
+    optim_d = adamw([p for p in net_d.parameters() if p.requires_grad], lr, betas=hp.betas, eps=hp.eps)
     return optim_g, optim_d
 
 
@@ -492,7 +511,8 @@ def make_schedulers(optimizers: Iterable[torch.optim.Optimizer], hp: S2Hparams
     """ExponentialLR(gamma=lr_decay), stepped once before the first epoch as s2_train.run does at epoch 1."""
     out = []
     for opt in optimizers:
-        sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=hp.lr_decay, last_epoch=-1)
+        inner = opt.optimizer if isinstance(opt, HostAdamW) else opt   # the host AdamW's rates live in its inner one
+        sched = torch.optim.lr_scheduler.ExponentialLR(inner, gamma=hp.lr_decay, last_epoch=-1)
         sched.step()
         out.append(sched)
     return out

@@ -79,3 +79,16 @@ def summary(t: torch.Tensor) -> torch.Tensor:
     flat = t.detach().reshape(-1).double()
     idx = torch.linspace(0, flat.numel() - 1, min(flat.numel(), SAMPLES)).round().long()
     return torch.cat([flat[idx], flat.sum().view(1), flat.abs().sum().view(1)])
+
+
+def networks(divisor: int = 16):
+    """(generator, discriminator) with this case's weights; the discriminator narrowed by `divisor` (its
+    weights drawn the same way) so that a CPU step takes about a second."""
+    from mizuoto.nodes.gpt_sovits.s2_train import MultiPeriodDiscriminator, training_generator
+    net_g = training_generator(tiny.sovits_config(VERSION))
+    net_g.load_state_dict(generator_weights(), strict=True)
+    net_d = MultiPeriodDiscriminator(VERSION, divisor)
+    with torch.device("meta"):
+        shapes = tiny.shapes_of(MultiPeriodDiscriminator(VERSION, divisor))
+    net_d.load_state_dict(tiny.random_state(shapes, tiny.SEED + 1), strict=True)
+    return net_g, net_d

@@ -44,6 +44,27 @@ def test_lowest_float32_equals_adamw(foreach):
     assert ours.blocks[0].qkv.weight.data_ptr() != opt.master.data_ptr()  # the master lives apart
 
 
+def test_host_adamw_param_groups_and_unused_parameters_equal_adamw():
+    """Param groups with their own rates (GPT-SoVITS s2's four generator groups) and a parameter that gets no
+    gradient (skipped, as torch's AdamW skips it: no weight decay either): bit for bit in float32."""
+    torch.manual_seed(2)
+    ours = ToyLM()
+    ours.unused = torch.nn.Parameter(torch.ones(3))
+    ref = copy.deepcopy(ours)
+
+    def groups(m: ToyLM) -> list[dict]:
+        return [{"params": list(m.blocks.parameters()), "lr": 3e-3}, {"params": [*m.head.parameters(), m.unused],
+                                                                     "lr": 1e-3}]
+    opt = HostAdamW(groups(ours), lr=5e-3, betas=(0.8, 0.99), eps=1e-9)
+    ref_opt = torch.optim.AdamW(groups(ref), lr=5e-3, betas=(0.8, 0.99), eps=1e-9)
+    tools = resolve_tools("fast")
+    data = batches(3, 2, 8)
+    assert run(ours, opt, tools, data) == run(ref, ref_opt, tools, data)
+    for (name, a), b in zip(ours.state_dict().items(), ref.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert torch.equal(ours.unused, torch.ones(3)) and [g["lr"] for g in opt.param_groups] == [3e-3, 1e-3]
+
+
 def test_lowest_half_device_weights_are_the_rounded_master():
     torch.manual_seed(1)
     model = ToyLM()
