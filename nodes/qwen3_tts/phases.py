@@ -49,12 +49,14 @@ LANGUAGE_NAMES = {"en": "english", "zh": "chinese", "ja": "japanese", "ko": "kor
                   "fr": "french", "ru": "russian", "pt": "portuguese", "es": "spanish", "it": "italian"}
 
 
-def capabilities(config) -> Capabilities:
+def capabilities(config, piece_samples: int = 0) -> Capabilities:
     """What a Qwen3-TTS checkpoint can do, from its config: CustomVoice speaks named voices (the 1.7B
     one also takes an instruction), VoiceDesign an instruction, Base clones (transcript optional:
-    without it only the speaker embedding is used)."""
+    without it only the speaker embedding is used). `piece_samples`: the audio of one decode chunk,
+    handed over as it is decoded."""
     kind = config.model_type
     return Capabilities(
+        piece_samples=piece_samples,
         sample_rate=SAMPLE_RATE,
         languages=("auto", *(c for c, n in LANGUAGE_NAMES.items() if n in config.languages)),
         voices=tuple(sorted(config.talker.spk_id)) if kind == "custom_voice" else (),
@@ -69,9 +71,15 @@ class Qwen3TTSEngine(Engine):
     engine_id = "qwen3_tts"
 
     def __init__(self, bundle: Qwen3TTSBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 min_unit_bytes: int | None = None, name: str = "Qwen3-TTS") -> None:
+                 min_unit_bytes: int | None = None, name: str = "Qwen3-TTS", decode_chunk: int = DECODE_CHUNK) -> None:
+        if not isinstance(decode_chunk, int) or decode_chunk < 1:
+            raise ValueError(f"decode_chunk: expected a whole number of frames >= 1 (upstream: {DECODE_CHUNK}), "
+                             f"got {decode_chunk!r}")
         self.bundle = bundle
-        self.capabilities = capabilities(bundle.config)
+        # frames per decode chunk; other values than upstream's 300 change the audio slightly (tests use few)
+        self.decode_chunk = decode_chunk
+        self.fallback_chunk = max(1, decode_chunk * FALLBACK_CHUNK // DECODE_CHUNK)
+        self.capabilities = capabilities(bundle.config, decode_chunk * bundle.codec.config.decode_upsample_rate)
         model, codec = bundle.model, bundle.codec
         DeviceService.pin_to_cpu(model.talker.model.text_embedding)
         self.talker = ModelHandle(model.talker, name="talker", kind="sequence", min_unit_bytes=min_unit_bytes)
@@ -215,29 +223,52 @@ class Qwen3TTSEngine(Engine):
         return ctx.run("talker", [self.talker], run,
                        memory=self.talker_memory(prompt_tokens, text_tokens, sampling.max_new_tokens))
 
-    def decode(self, ctx: RequestContext, codes: Tensor) -> Tensor:
-        """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU)."""
-        def run(chunk: int) -> Tensor:
-            with torch.inference_mode():
-                return self.bundle.codec.decode(codes.to(self.decoder.device), chunk).float().cpu()
-
+    def decode(self, ctx: RequestContext, codes: Tensor, emit: Callable[[Tensor, int], None] | None = None,
+               skip: int = 0) -> Tensor:
+        """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU), chunk by chunk.
+        `emit(samples, start)` gets each chunk's audio as soon as it is decoded, past the first `skip`
+        samples (the reference of a voice clone, cut from what the request returns), `start` counted
+        from there. Decoded chunks are kept across an OOM retry (each depends only on its own codes, so
+        the retry goes on from the first chunk not yet decoded, bit-equal to decoding all again); the
+        fallback decodes the frames not yet decoded in smaller chunks, so what was emitted stays final."""
+        codec = self.bundle.codec
         frames = codes.shape[0]
-        fallback = (f"codec decoder in {FALLBACK_CHUNK}-frame chunks", lambda: run(FALLBACK_CHUNK),
-                    self.decoder_memory(frames, FALLBACK_CHUNK))
-        return ctx.run("codec decoder", [self.decoder], lambda: run(DECODE_CHUNK), memory=self.decoder_memory(frames),
-                       fallback=fallback)
+        length = frames * codec.config.decode_upsample_rate       # SpeechTokenizer.decode's trim
+        done: list[Tensor] = []
+        at = {"frame": 0, "sample": 0}
+
+        def run(chunk: int) -> Tensor:
+            x = codec.decoder_input(codes.to(self.decoder.device))
+            while at["frame"] < frames:
+                end = min(at["frame"] + chunk, frames)
+                with torch.inference_mode():
+                    wav = codec.decoder.window(x, at["frame"], end)[0, 0].float().cpu()
+                wav = wav[:max(length - at["sample"], 0)]
+                done.append(wav)
+                start, at["frame"], at["sample"] = at["sample"], end, at["sample"] + wav.numel()
+                if emit is not None and at["sample"] > skip:       # handed over outside inference mode
+                    first = max(start, skip)
+                    emit(wav[first - start:], first - skip)
+            return torch.cat(done) if done else torch.zeros(0)
+
+        fallback = (f"codec decoder in {self.fallback_chunk}-frame chunks", lambda: run(self.fallback_chunk),
+                    self.decoder_memory(frames, self.fallback_chunk))
+        return ctx.run("codec decoder", [self.decoder], lambda: run(self.decode_chunk),
+                       memory=self.decoder_memory(frames, self.decode_chunk), fallback=fallback)
 
     def speak(self, ctx: RequestContext, text: str, *, language: str = "auto", speaker: str | None = None,
               instruct: str | None = None, ref_audio: Any = None, ref_text: str | None = None,
               x_vector_only: bool = False, non_streaming: bool | None = None,
               tokens: dict[str, Tensor | None] | None = None, progress: Callable[[int, int], None] | None = None,
-              prompt_cache: dict[str, Any] | None = None, **sampling: Any) -> Tensor:
+              prompt_cache: dict[str, Any] | None = None, emit: Callable[[Tensor, int], None] | None = None,
+              **sampling: Any) -> Tensor:
         """Text -> mono float32 waveform [T] at 24 kHz on the CPU.
 
         `tokens` (text_ids / instruct_ids / ref_ids, templated) skips the BPE tokenizer; sampling options
         (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens) default
         to the model's generation_config.json, then upstream's defaults. `prompt_cache` keeps the voice
-        prompt of the reference across the chunks of one request.
+        prompt of the reference across the chunks of one request. `emit(samples, start)` gets the audio
+        each decode chunk adds, as it is decoded (Chunk.emit).
         """
         self.check(text, language, speaker, instruct, ref_audio, ref_text, x_vector_only)
         s = Sampling.merged(self.bundle.generate_defaults, **sampling)
@@ -264,10 +295,12 @@ class Qwen3TTSEngine(Engine):
             return torch.zeros(0)
         if request.icl:
             full = torch.cat([request.ref_code, codes], dim=0)
-            wav = self.decode(ctx, full)
-            cut = int(request.ref_code.shape[0] / max(full.shape[0], 1) * wav.shape[0])
+            # upstream cuts the reference's share of the decoded audio (F * 1920 samples long)
+            length = full.shape[0] * self.bundle.codec.config.decode_upsample_rate
+            cut = int(request.ref_code.shape[0] / max(full.shape[0], 1) * length)
+            wav = self.decode(ctx, full, emit, skip=cut)
             return wav[cut:]
-        return self.decode(ctx, codes)
+        return self.decode(ctx, codes, emit)
 
     def split_text(self, text: str, reference: Reference | None = None, reference_text: str | None = None,
                    language: str = "auto", speed: float = 1.0) -> list[str]:
@@ -283,4 +316,4 @@ class Qwen3TTSEngine(Engine):
         return self.speak(ctx, chunk.text, language=LANGUAGE_NAMES.get(chunk.language, chunk.language),
                           speaker=chunk.voice, instruct=chunk.instruction, ref_audio=ref, ref_text=chunk.reference_text,
                           x_vector_only=ref is not None and not chunk.reference_text, progress=chunk.progress,
-                          prompt_cache=chunk.prompts)
+                          prompt_cache=chunk.prompts, emit=chunk.emit)

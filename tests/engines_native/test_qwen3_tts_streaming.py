@@ -9,7 +9,7 @@ import torch
 from mizuoto.nodes.qwen3_tts.generate import Request, Sampling, build_prompt, generate_codes, speaker_embedding
 from mizuoto.nodes.qwen3_tts.loader import load_qwen3_tts
 from mizuoto.nodes.qwen3_tts.phases import Qwen3TTSEngine
-from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
+from mizuoto.runtime import DeviceService, ModelHandle, ModelManager, VramPolicy
 from qwen3_tts.tiny import template_ids, write_tiny_checkpoint
 from runtime_helpers import residency_capacity
 
@@ -176,3 +176,73 @@ def test_codec_decoder_oom_fallback_on_the_strict_device(folder):
     assert ctx.meta["applied"] == {"oom_retries": 0, "fallbacks": []}
     with torch.inference_mode():
         assert torch.equal(short, plain.decode(codes[:40]))
+
+
+
+@pytest.fixture(scope="module")
+def clone_folder(tmp_path_factory):
+    """The Base checkpoint with a tokenizer and a budget of 14 frames: a voice clone through the pipeline."""
+    import json
+    from qwen3_tts.tiny import GENERATION, write_tokenizer
+    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("qwen3") / "tiny-base", "base", seed=3)
+    write_tokenizer(folder)
+    (folder / "generation_config.json").write_text(json.dumps({**GENERATION, "max_new_tokens": 14}))
+    return folder
+
+
+def test_a_voice_clone_is_handed_over_per_decode_chunk_through_the_pipeline(clone_folder):
+    """With 3-frame decode chunks a 13-frame voice clone (its 9 reference frames decoded first and cut)
+    hands over each chunk's audio while the decoder is still at work (Chunk.emit), and the pieces join
+    torch.equal to the plain run's audio."""
+    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+    wav, rate = reference_wave()
+    req = SpeakRequest("Hello there, fox.", seed=SEED, language="en", reference={"waveform": wav[None, None],
+                       "sample_rate": rate}, reference_text="A reference.")
+    engine = Qwen3TTSEngine(load_qwen3_tts(clone_folder, dtype=torch.float32), ModelManager(DeviceService()),
+                            min_unit_bytes=UNIT, decode_chunk=3)
+    assert engine.capabilities.piece_samples == 3 * 1920
+    plain, meta = synthesize(engine, req)
+    assert plain.numel() >= 3 * engine.capabilities.piece_samples and meta["chunks"] == 1
+    got, busy = [], []
+    audio, _ = synthesize(engine, req, on_audio=lambda piece, r: (got.append(piece), busy.append(engine.decoder.in_use)))
+    assert torch.equal(audio, plain) and torch.equal(torch.cat(got), plain)
+    assert sum(busy) >= 2, f"{len(got)} pieces, {sum(busy)} of them handed over while decoding"
+
+
+def test_decode_chunks_are_emitted_exactly_when_streamed_and_after_an_oom(folder, monkeypatch):
+    """The "codec decoder" phase with `emit`, past a cut that falls inside a chunk (a voice clone's
+    reference): one emission per chunk from the cut on, in order and without gaps, joining torch.equal
+    to the plain decode at that chunking; the same on the strict device with every unit streamed, and
+    with an OOM injected in the middle of the decode (after a chunk was emitted), whose retry goes on
+    from the chunk that failed and emits nothing twice."""
+    from mizuoto.nodes.pack.verify import FaultInjector
+    frames, chunk, skip = 11, 3, 4 * 1920 + 7          # chunks 0-3 (cut), 3-6 (from the cut), 6-9, 9-11
+    codes = torch.randint(0, 64, (frames, 16), generator=torch.Generator().manual_seed(1))
+    codec = load_qwen3_tts(folder, dtype=torch.float32).codec
+    with torch.inference_mode():
+        plain = codec.decode(codes, chunk)
+        assert not torch.equal(plain, codec.decode(codes))       # 3-frame chunks are not upstream's 300
+    monkeypatch.setattr(ModelHandle, "TINY_UNIT_BYTES", 16 << 10)      # the tiny decoder's layers are units
+    devices = DeviceService(simulate={"cpu": 1 << 30}, strict=True)
+    engine = Qwen3TTSEngine(load_qwen3_tts(folder, dtype=torch.float32),
+                            ModelManager(devices, VramPolicy({"compute.vram_mode": "none"})),
+                            min_unit_bytes=UNIT, decode_chunk=chunk)
+
+    def decode(when=lambda: 0):
+        emitted = []
+        with engine.manager.request(seed=0) as ctx:
+            wav = engine.decode(ctx, codes, lambda samples, start: emitted.append((start, samples, when())), skip)
+        assert torch.equal(wav, plain)
+        assert [s for s, _, _ in emitted] == [0] + [c * 1920 * chunk - skip for c in range(2, 4)]
+        assert torch.equal(torch.cat([p for _, p, _ in emitted]), plain[skip:])
+        return emitted, ctx.meta
+
+    with FaultInjector(devices.memory("cpu")) as faults:     # counting the allocations of a clean run
+        start = faults.count
+        _, meta = decode()
+        assert meta["memory"]["streamed_mb"] > 0 and meta["applied"]["oom_retries"] == 0
+        failed = faults.count + faults.points(start, faults.count)["codec decoder"]["middle"]
+        faults.fail = {failed}
+        emitted, meta = decode(lambda: faults.count)
+    assert meta["applied"] == {"oom_retries": 1, "fallbacks": []}
+    assert emitted[0][2] < failed < emitted[-1][2]
