@@ -23,6 +23,7 @@ OOM retry), so a seed gives the same audio however much was streamed.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,8 @@ from ..blocks.transformer import kv_position_bytes
 from .generate import Request, Sampling, build_prompt, generate_codes, speaker_embedding
 from .loader import Qwen3TTSBundle
 from .text import assistant_text, instruct_text, ref_text
+
+log = logging.getLogger("mizuoto")
 
 DECODE_CHUNK = 300           # frames per chunk of upstream's chunked_decode
 FALLBACK_CHUNK = 50          # the OOM fallback's chunks (each with the same 25 frames of left context)
@@ -65,6 +68,57 @@ def capabilities(config, piece_samples: int = 0) -> Capabilities:
         transcript="optional" if kind == "base" else "none",
         instruction=kind == "voice_design" or (kind == "custom_voice" and config.model_size != "0b6"),
         reference_seconds=(0.1, 60.0))
+
+
+class DecodeStream:
+    """The codec decoder's audio of one request, made chunk by chunk as upstream's chunked_decode cuts
+    it; each chunk is decoded once (it depends only on its own codes and left context, so any order of
+    phases and retries gives the same samples) and handed to `emit(samples, start)` past the first
+    `skip` samples, `start` counted from there. `skip` None: not known yet (`cut` sets it)."""
+
+    def __init__(self, codec: Any, device: Callable[[], torch.device], emit: Callable[[Tensor, int], None] | None,
+                 skip: int | None = 0) -> None:
+        self.codec, self.device, self.emit, self.skip = codec, device, emit, skip
+        self.done: list[Tensor] = []
+        self.frame = 0           # frames decoded
+        self.sample = 0          # samples decoded
+        self.sent = 0            # samples handed to emit (counted from 0, not from skip)
+
+    def advance(self, codes: Tensor, chunk: int, final: bool = False) -> None:
+        """Decode the whole chunks of `codes` [F, 16] (the request's codes so far) not decoded yet, and
+        when `final` the last, shorter one too, trimmed as SpeechTokenizer.decode trims."""
+        frames = codes.shape[0]
+        x = None
+        while self.frame < frames and (final or self.frame + chunk <= frames):
+            end = min(self.frame + chunk, frames)
+            if x is None:
+                x = self.codec.decoder_input(codes.to(self.device()))
+            with torch.inference_mode():
+                wav = self.codec.decoder.window(x, self.frame, end)[0, 0].float().cpu()
+            if final:
+                wav = wav[:max(frames * self.codec.config.decode_upsample_rate - self.sample, 0)]
+            self.done.append(wav)
+            self.frame, self.sample = end, self.sample + wav.numel()
+            self.hand()
+
+    def cut(self, skip: int) -> None:
+        """The audio begins at `skip`: hand over what was decoded past it."""
+        self.skip = skip
+        self.hand()
+
+    def hand(self) -> None:
+        if self.emit is None or self.skip is None or self.sample <= max(self.sent, self.skip):
+            return
+        first = max(self.sent, self.skip)
+        with torch.inference_mode(False):          # the caller's buffers are ordinary tensors
+            self.emit(self.audio()[first:], first - self.skip)
+        self.sent = self.sample
+
+    def audio(self) -> Tensor:
+        """Everything decoded so far (float32, CPU)."""
+        if len(self.done) > 1:
+            self.done = [torch.cat(self.done)]
+        return self.done[0] if self.done else torch.zeros(0)
 
 
 class Qwen3TTSEngine(Engine):
@@ -206,55 +260,63 @@ class Qwen3TTSEngine(Engine):
         return ctx.run("voice prompt", handles, run, memory=self.prompt_memory(max(wav_codec.numel(), wav_spk.numel())))
 
     def codes(self, ctx: RequestContext, request: Request, sampling: Sampling,
-              progress: Callable[[int, int], None] | None = None) -> Tensor:
-        """The "talker" phase: prompt embeddings and the generation loop -> codes [frames, 16]."""
+              progress: Callable[[int, int], None] | None = None, stream: DecodeStream | None = None) -> Tensor:
+        """The "talker" phase: prompt embeddings and the generation loop -> codes [frames, 16]. With a
+        `stream` the codec decoder shares the phase and decodes each chunk as soon as its codes exist
+        (the estimate covers both); if that phase stays out of memory after its retries, the talker runs
+        alone as without a stream (same codes: the chunks decode afterwards)."""
         text_tokens = max(request.text_ids.numel() - 8, 1)
         prompt_tokens = request.text_ids.numel() + 8 + (request.instruct_ids.numel() if request.instruct_ids is not None else 0)
-        if request.icl:
-            prompt_tokens += request.ref_code.shape[0] + request.ref_ids.numel()
+        prefix = request.ref_code if request.icl else None
+        if prefix is not None:
+            prompt_tokens += prefix.shape[0] + request.ref_ids.numel()
         kind = self.kv_cache(ctx)
+        memory = self.talker_memory(prompt_tokens, text_tokens, sampling.max_new_tokens)
 
-        def run():
+        def run(on_frame: Callable[[list[list[int]]], None] | None = None) -> Tensor:
             with torch.inference_mode():
                 prompt = build_prompt(self.bundle.model, request, self.device)
                 return generate_codes(self.bundle.model.talker, prompt, sampling, ctx.generator, kind,
-                                      check=ctx.check_cancelled, progress=progress)
+                                      check=ctx.check_cancelled, progress=progress, on_frame=on_frame)
 
-        return ctx.run("talker", [self.talker], run,
-                       memory=self.talker_memory(prompt_tokens, text_tokens, sampling.max_new_tokens))
+        if stream is not None:
+            def on_frame(frames: list[list[int]]) -> None:
+                made = len(frames) + (prefix.shape[0] if prefix is not None else 0)
+                if made >= stream.frame + self.decode_chunk:        # the next chunk's codes are all there
+                    new = torch.tensor(frames, dtype=torch.long)
+                    stream.advance(new if prefix is None else torch.cat([prefix, new]), self.decode_chunk)
+
+            frames = min(FRAMES_PER_TEXT_TOKEN * text_tokens, sampling.max_new_tokens) + \
+                (prefix.shape[0] if prefix is not None else 0)
+            try:
+                return ctx.run("talker", [self.talker, self.decoder], lambda: run(on_frame),
+                               memory=memory + self.decoder_memory(frames, self.decode_chunk))
+            except torch.OutOfMemoryError as e:
+                log.warning("%s: the talker with the codec decoder beside it is out of memory (%s); generating "
+                            "without decoding meanwhile (the same audio, handed over later)", self.name, e)
+        return ctx.run("talker", [self.talker], run, memory=memory)
 
     def decode(self, ctx: RequestContext, codes: Tensor, emit: Callable[[Tensor, int], None] | None = None,
-               skip: int = 0) -> Tensor:
-        """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU), chunk by chunk.
-        `emit(samples, start)` gets each chunk's audio as soon as it is decoded, past the first `skip`
-        samples (the reference of a voice clone, cut from what the request returns), `start` counted
-        from there. Decoded chunks are kept across an OOM retry (each depends only on its own codes, so
-        the retry goes on from the first chunk not yet decoded, bit-equal to decoding all again); the
-        fallback decodes the frames not yet decoded in smaller chunks, so what was emitted stays final."""
-        codec = self.bundle.codec
+               skip: int = 0, stream: DecodeStream | None = None) -> Tensor:
+        """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU), chunk by chunk
+        (DecodeStream: `emit` and `skip` as there), the rest of a `stream` decoded during the talker.
+        An OOM retry goes on from the first chunk not yet decoded (each depends only on its own codes:
+        bit-equal to decoding all again); the fallback decodes the frames not yet decoded in smaller
+        chunks, so what was handed over stays final."""
+        stream = stream if stream is not None else self.decode_stream(emit, skip)
         frames = codes.shape[0]
-        length = frames * codec.config.decode_upsample_rate       # SpeechTokenizer.decode's trim
-        done: list[Tensor] = []
-        at = {"frame": 0, "sample": 0}
 
         def run(chunk: int) -> Tensor:
-            x = codec.decoder_input(codes.to(self.decoder.device))
-            while at["frame"] < frames:
-                end = min(at["frame"] + chunk, frames)
-                with torch.inference_mode():
-                    wav = codec.decoder.window(x, at["frame"], end)[0, 0].float().cpu()
-                wav = wav[:max(length - at["sample"], 0)]
-                done.append(wav)
-                start, at["frame"], at["sample"] = at["sample"], end, at["sample"] + wav.numel()
-                if emit is not None and at["sample"] > skip:       # handed over outside inference mode
-                    first = max(start, skip)
-                    emit(wav[first - start:], first - skip)
-            return torch.cat(done) if done else torch.zeros(0)
+            stream.advance(codes, chunk, final=True)
+            return stream.audio()
 
         fallback = (f"codec decoder in {self.fallback_chunk}-frame chunks", lambda: run(self.fallback_chunk),
                     self.decoder_memory(frames, self.fallback_chunk))
         return ctx.run("codec decoder", [self.decoder], lambda: run(self.decode_chunk),
                        memory=self.decoder_memory(frames, self.decode_chunk), fallback=fallback)
+
+    def decode_stream(self, emit: Callable[[Tensor, int], None] | None, skip: int = 0) -> DecodeStream:
+        return DecodeStream(self.bundle.codec, lambda: self.decoder.device, emit, skip)
 
     def speak(self, ctx: RequestContext, text: str, *, language: str = "auto", speaker: str | None = None,
               instruct: str | None = None, ref_audio: Any = None, ref_text: str | None = None,
@@ -290,17 +352,29 @@ class Qwen3TTSEngine(Engine):
             request.spk_embedding = spk
             if not x_vector_only:
                 request.ref_code, request.ref_ids = ref_code, ids["ref_ids"]
-        codes = self.codes(ctx, request, s, progress)
+        rate = self.bundle.codec.config.decode_upsample_rate
+        ref = request.ref_code.shape[0] if request.icl else 0
+        # a voice clone's reference is cut where upstream's float arithmetic puts it (its frames, or one
+        # sample less, depending on how many frames follow): handed over once the talker is done
+        stream = self.decode_stream(emit, None if ref else 0) if emit is not None and self.interleaves() else None
+        codes = self.codes(ctx, request, s, progress, stream)
         if codes.shape[0] == 0:
             return torch.zeros(0)
         if request.icl:
             full = torch.cat([request.ref_code, codes], dim=0)
             # upstream cuts the reference's share of the decoded audio (F * 1920 samples long)
-            length = full.shape[0] * self.bundle.codec.config.decode_upsample_rate
-            cut = int(request.ref_code.shape[0] / max(full.shape[0], 1) * length)
-            wav = self.decode(ctx, full, emit, skip=cut)
+            cut = int(ref / max(full.shape[0], 1) * (full.shape[0] * rate))
+            if stream is not None:
+                stream.cut(cut)
+            wav = self.decode(ctx, full, emit, skip=cut, stream=stream)
             return wav[cut:]
-        return self.decode(ctx, codes, emit)
+        return self.decode(ctx, codes, emit, stream=stream)
+
+    def interleaves(self) -> bool:
+        """Whether chunks decoded beside the talker are the final audio: each frame decodes to exactly
+        the samples SpeechTokenizer.decode keeps of it (all published configs)."""
+        codec = self.bundle.codec
+        return codec.decoder.total_upsample == codec.config.decode_upsample_rate
 
     def split_text(self, text: str, reference: Reference | None = None, reference_text: str | None = None,
                    language: str = "auto", speed: float = 1.0) -> list[str]:
@@ -309,7 +383,9 @@ class Qwen3TTSEngine(Engine):
         return [text] if text.strip() else []
 
     def phase_components(self) -> list[list[ModelHandle]]:
-        return [[self.encoder, self.speaker] if self.speaker else [], [self.speaker] if self.speaker else [], [self.talker], [self.decoder]]
+        # the talker phase holds the decoder too when audio is handed over while it is made
+        return [[self.encoder, self.speaker] if self.speaker else [], [self.speaker] if self.speaker else [],
+                [self.talker, self.decoder], [self.talker], [self.decoder]]
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         ref = (chunk.reference.wav, chunk.reference.sample_rate) if chunk.reference is not None else None

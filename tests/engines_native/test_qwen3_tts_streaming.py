@@ -74,8 +74,8 @@ def test_streamed_half_and_resident_equal_plain_run(folder, plain, residency):
     seen = {}
     real_codes = engine.codes
 
-    def codes(ctx, request, sampling, progress=None):
-        seen["codes"] = real_codes(ctx, request, sampling, progress)
+    def codes(ctx, request, sampling, progress=None, stream=None):
+        seen["codes"] = real_codes(ctx, request, sampling, progress, stream)
         return seen["codes"]
 
     engine.codes = codes
@@ -181,32 +181,65 @@ def test_codec_decoder_oom_fallback_on_the_strict_device(folder):
 
 @pytest.fixture(scope="module")
 def clone_folder(tmp_path_factory):
-    """The Base checkpoint with a tokenizer and a budget of 14 frames: a voice clone through the pipeline."""
+    """The Base checkpoint with a tokenizer and a budget of 10 frames: a voice clone through the pipeline."""
     import json
     from qwen3_tts.tiny import GENERATION, write_tokenizer
     folder = write_tiny_checkpoint(tmp_path_factory.mktemp("qwen3") / "tiny-base", "base", seed=3)
     write_tokenizer(folder)
-    (folder / "generation_config.json").write_text(json.dumps({**GENERATION, "max_new_tokens": 14}))
+    (folder / "generation_config.json").write_text(json.dumps({**GENERATION, "max_new_tokens": 10}))
     return folder
 
 
-def test_a_voice_clone_is_handed_over_per_decode_chunk_through_the_pipeline(clone_folder):
-    """With 3-frame decode chunks a 13-frame voice clone (its 9 reference frames decoded first and cut)
-    hands over each chunk's audio while the decoder is still at work (Chunk.emit), and the pieces join
-    torch.equal to the plain run's audio."""
-    from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
+def _clone(folder, transcript: str | None, capacity: int | None = None):
+    from mizuoto.nodes.pack.pipeline import SpeakRequest
     wav, rate = reference_wave()
     req = SpeakRequest("Hello there, fox.", seed=SEED, language="en", reference={"waveform": wav[None, None],
-                       "sample_rate": rate}, reference_text="A reference.")
-    engine = Qwen3TTSEngine(load_qwen3_tts(clone_folder, dtype=torch.float32), ModelManager(DeviceService()),
+                       "sample_rate": rate}, reference_text=transcript)
+    devices = DeviceService(simulate={"cpu": capacity}, strict=True) if capacity else DeviceService()
+    engine = Qwen3TTSEngine(load_qwen3_tts(folder, dtype=torch.float32),
+                            ModelManager(devices, VramPolicy({"compute.vram_mode": "none" if capacity else "normal"})),
                             min_unit_bytes=UNIT, decode_chunk=3)
+    return engine, req
+
+
+def _pieces(engine, req, **kw):
+    """The request's audio, its pieces and, per piece, whether the talker was still generating."""
+    from mizuoto.nodes.pack.pipeline import synthesize
+    got, talking = [], []
+    audio, meta = synthesize(engine, req, on_audio=lambda piece, r: (got.append(piece),
+                                                                     talking.append(engine.talker.in_use > 0)), **kw)
+    return audio, meta, got, talking
+
+
+def test_audio_is_handed_over_while_the_talker_generates(clone_folder):
+    """With 3-frame decode chunks a 10-frame x-vector clone decodes each chunk beside the talker as soon
+    as its codes exist and hands it over then: its three pieces before the talker is done; they join torch.equal to the plain run (the decoder placed after the talker)."""
+    from mizuoto.nodes.pack.pipeline import synthesize
+    engine, req = _clone(clone_folder, None)
     assert engine.capabilities.piece_samples == 3 * 1920
     plain, meta = synthesize(engine, req)
     assert plain.numel() >= 3 * engine.capabilities.piece_samples and meta["chunks"] == 1
-    got, busy = [], []
-    audio, _ = synthesize(engine, req, on_audio=lambda piece, r: (got.append(piece), busy.append(engine.decoder.in_use)))
+    audio, meta, got, talking = _pieces(engine, req)
     assert torch.equal(audio, plain) and torch.equal(torch.cat(got), plain)
-    assert sum(busy) >= 2, f"{len(got)} pieces, {sum(busy)} of them handed over while decoding"
+    assert plain.numel() == 9 * 1920 and talking == [True, True, True], talking      # frames 3, 6 and 9
+    assert meta["memory"]["plan"] == "followed"
+
+
+def test_a_voice_clone_is_handed_over_once_its_reference_is_cut(clone_folder):
+    """A clone with a transcript decodes its 9 reference frames and the first chunks beside the talker;
+    where upstream cuts the reference depends on how many frames follow (float arithmetic: its frames,
+    or one sample less), so the audio is handed over once the talker is done: pieces torch.equal to
+    the plain run (here all of it at once: the talker's last frame completes the last chunk)."""
+    from mizuoto.nodes.pack.pipeline import synthesize
+    engine, req = _clone(clone_folder, "A reference.")
+    plain, _ = synthesize(engine, req)
+    beside = []
+    hook = engine.bundle.codec.decoder.register_forward_pre_hook(lambda *_: beside.append(engine.talker.in_use > 0))
+    audio, meta, got, talking = _pieces(engine, req)
+    hook.remove()
+    assert torch.equal(audio, plain) and torch.equal(torch.cat(got), plain)
+    assert plain.numel() == 9 * 1920 and beside == [True] * 6      # 9 + 9 frames: six chunks beside the talker
+    assert got and not any(talking)
 
 
 def test_decode_chunks_are_emitted_exactly_when_streamed_and_after_an_oom(folder, monkeypatch):
