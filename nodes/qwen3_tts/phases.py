@@ -288,10 +288,12 @@ class Qwen3TTSEngine(Engine):
 
             frames = min(FRAMES_PER_TEXT_TOKEN * text_tokens, sampling.max_new_tokens) + \
                 (prefix.shape[0] if prefix is not None else 0)
+            rng = ctx.generator.get_state()
             try:
                 return ctx.run("talker", [self.talker, self.decoder], lambda: run(on_frame),
                                memory=memory + self.decoder_memory(frames, self.decode_chunk))
             except torch.OutOfMemoryError as e:
+                ctx.generator.set_state(rng)            # the same draws as the attempts that failed
                 log.warning("%s: the talker with the codec decoder beside it is out of memory (%s); generating "
                             "without decoding meanwhile (the same audio, handed over later)", self.name, e)
         return ctx.run("talker", [self.talker], run, memory=memory)

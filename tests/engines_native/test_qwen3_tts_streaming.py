@@ -190,14 +190,14 @@ def clone_folder(tmp_path_factory):
     return folder
 
 
-def _clone(folder, transcript: str | None, capacity: int | None = None):
+def _clone(folder, transcript: str | None, capacity: int | None = None, mode: str = "normal"):
     from mizuoto.nodes.pack.pipeline import SpeakRequest
     wav, rate = reference_wave()
     req = SpeakRequest("Hello there, fox.", seed=SEED, language="en", reference={"waveform": wav[None, None],
                        "sample_rate": rate}, reference_text=transcript)
     devices = DeviceService(simulate={"cpu": capacity}, strict=True) if capacity else DeviceService()
     engine = Qwen3TTSEngine(load_qwen3_tts(folder, dtype=torch.float32),
-                            ModelManager(devices, VramPolicy({"compute.vram_mode": "none" if capacity else "normal"})),
+                            ModelManager(devices, VramPolicy({"compute.vram_mode": mode})),
                             min_unit_bytes=UNIT, decode_chunk=3)
     return engine, req
 
@@ -240,6 +240,55 @@ def test_a_voice_clone_is_handed_over_once_its_reference_is_cut(clone_folder):
     assert torch.equal(audio, plain) and torch.equal(torch.cat(got), plain)
     assert plain.numel() == 9 * 1920 and beside == [True] * 6      # 9 + 9 frames: six chunks beside the talker
     assert got and not any(talking)
+
+
+# ~10-25 s each (the strict device's accounting is slow on a whole request); by default the
+# conformance test runs this phase on the strict device (300-frame chunks) and the decode-level test
+# below the OOM retry of emitted chunks
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["normal", "none"])
+def test_decoding_beside_the_talker_is_exact_streamed_and_after_an_oom(clone_folder, monkeypatch, mode):
+    """On the strict device (resident; "none": every unit of both components streamed) the talker phase
+    holding the decoder hands over its chunks while it generates, torch.equal to the plain run; an OOM
+    injected in the middle of that phase (after a piece was handed over) is retried exactly: the retry
+    hands over nothing twice (the pipeline would refuse other samples) and the pieces still join to
+    the plain run."""
+    from mizuoto.nodes.pack.pipeline import synthesize
+    from mizuoto.nodes.pack.verify import FaultInjector
+    monkeypatch.setattr(ModelHandle, "TINY_UNIT_BYTES", 16 << 10)      # the tiny decoder's layers are units
+    plain, _ = synthesize(*_clone(clone_folder, None))
+    engine, req = _clone(clone_folder, None, capacity=1 << 30, mode=mode)
+    memory = engine.manager.devices.memory("cpu")
+    with FaultInjector(memory) as faults:
+        start = faults.count
+        audio, meta, got, talking = _pieces(engine, req)
+        streamed = engine.decoder.streamed_bytes > 0 and engine.talker.streamed_bytes > 0
+        assert streamed == (mode == "none") and meta["memory"]["plan"] == "followed"
+        assert torch.equal(audio, plain) and torch.equal(torch.cat(got), plain) and talking == [True] * 3
+        failed = faults.count + faults.points(start, faults.count)["talker"]["middle"]
+        faults.fail = {failed}
+        when = []
+        audio, meta = synthesize(engine, req, on_audio=lambda piece, r: (got.append(piece), when.append(faults.count)))
+    assert meta["applied"] == {"oom_retries": 1, "fallbacks": []}
+    assert when[0] < failed < when[-1], (when, failed)
+    assert torch.equal(audio, plain) and torch.equal(torch.cat(got[3:]), plain)
+
+
+def test_a_talker_without_room_for_the_decoder_beside_it_runs_alone(clone_folder):
+    """If the talker phase with the decoder stays out of memory after its retries, the talker runs
+    alone and the chunks decode after it: the same audio, handed over later."""
+    from mizuoto.nodes.pack.pipeline import synthesize
+    engine, req = _clone(clone_folder, None)
+    plain, _ = synthesize(engine, req)
+
+    def short(*_):
+        if engine.talker.in_use:
+            raise torch.OutOfMemoryError("no room for the decoder beside the talker")
+    hook = engine.bundle.codec.decoder.register_forward_pre_hook(short)
+    audio, meta, got, talking = _pieces(engine, req)
+    hook.remove()
+    assert meta["applied"]["oom_retries"] == 2 and meta["memory"]["plan"] == "followed"
+    assert torch.equal(audio, plain) and torch.equal(torch.cat(got), plain) and not any(talking)
 
 
 def test_decode_chunks_are_emitted_exactly_when_streamed_and_after_an_oom(folder, monkeypatch):
