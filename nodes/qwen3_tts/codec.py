@@ -300,16 +300,17 @@ class Decoder(nn.Module):
             h = m(h)
         return h.clamp(min=-1, max=1)
 
+    def window(self, codes: Tensor, start: int, end: int, context: int = 25) -> Tensor:
+        """Frames [start, end) of [B, n_q, T] decoded with up to `context` frames of left context: one chunk
+        of upstream's chunked_decode, which depends on nothing but these codes."""
+        ctx = context if start - context > 0 else start
+        return self(codes[..., start - ctx: end])[..., ctx * self.total_upsample:]
+
     def chunked(self, codes: Tensor, chunk: int = 300, context: int = 25) -> Tensor:
         """Decode [B, n_q, T] in chunks of `chunk` frames, each with up to `context` frames of left context."""
-        wavs, start, total = [], 0, codes.shape[-1]
-        while start < total:
-            end = min(start + chunk, total)
-            ctx = context if start - context > 0 else start
-            wav = self(codes[..., start - ctx: end])
-            wavs.append(wav[..., ctx * self.total_upsample:])
-            start = end
-        return torch.cat(wavs, dim=-1)
+        total = codes.shape[-1]
+        return torch.cat([self.window(codes, start, min(start + chunk, total), context)
+                          for start in range(0, total, chunk)], dim=-1)
 
 
 # ---- encoder (Mimi) -----------------------------------------------------------------------------------
@@ -492,5 +493,9 @@ class SpeechTokenizer(nn.Module):
     def decode(self, codes: Tensor, chunk: int = 300) -> Tensor:
         """Codes [F, 16] -> waveform [F * 1920], decoded `chunk` frames at a time with 25 frames of left
         context (upstream decodes with 300; fewer is the frugal OOM fallback, close but not equal)."""
-        wav = self.decoder.chunked(codes.clamp(min=0).T[None], chunk)[0, 0]
+        wav = self.decoder.chunked(self.decoder_input(codes), chunk)[0, 0]
         return wav[: codes.shape[0] * self.config.decode_upsample_rate]
+
+    def decoder_input(self, codes: Tensor) -> Tensor:
+        """Codes [F, 16] as the decoder reads them: [1, 16, F], padding (-1) as code 0 (upstream's clamp)."""
+        return codes.clamp(min=0).T[None]

@@ -213,8 +213,10 @@ def predict_frame(talker: Talker, past_hidden: Tensor, first: Tensor, s: Samplin
 
 def generate_codes(talker: Talker, prompt: Prompt, s: Sampling, generator: torch.Generator | None,
                    cache_kind: str = "dynamic", check: Callable[[], None] | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> Tensor:
-    """Talker + code predictor until the end token (or max_new_tokens): codes [frames, G] (int64, CPU)."""
+                   progress: Callable[[int, int], None] | None = None,
+                   on_frame: Callable[[list[list[int]]], None] | None = None) -> Tensor:
+    """Talker + code predictor until the end token (or max_new_tokens): codes [frames, G] (int64, CPU).
+    `on_frame(frames)` sees the frames so far each time one is added (the codec decodes while we go on)."""
     tc = talker.config
     eos = tc.codec_eos_token_id
     suppress = suppress_mask(tc.vocab_size, eos)
@@ -233,6 +235,8 @@ def generate_codes(talker: Talker, prompt: Prompt, s: Sampling, generator: torch
         first = talker.model.codec_embedding(torch.tensor([[tok]], device=device))
         rest = predict_frame(talker, state["past_hidden"], first, s, generator)
         frames.append([tok, *rest])
+        if on_frame is not None:
+            on_frame(frames)
         hiddens = [first] + [cp_tables[j](torch.tensor([[c]], device=device)) for j, c in enumerate(rest)]
         x = torch.cat(hiddens, dim=1).sum(1, keepdim=True)
         x = x + (prompt.trailing[:, i].unsqueeze(1) if i < prompt.trailing.shape[1] else prompt.pad)

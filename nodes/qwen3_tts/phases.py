@@ -23,6 +23,7 @@ OOM retry), so a seed gives the same audio however much was streamed.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,8 @@ from .generate import Request, Sampling, build_prompt, generate_codes, speaker_e
 from .loader import Qwen3TTSBundle
 from .text import assistant_text, instruct_text, ref_text
 
+log = logging.getLogger("mizuoto")
+
 DECODE_CHUNK = 300           # frames per chunk of upstream's chunked_decode
 FALLBACK_CHUNK = 50          # the OOM fallback's chunks (each with the same 25 frames of left context)
 FRAMES_PER_TEXT_TOKEN = 16   # 12.5 Hz frames; speech averages ~3-4 per BPE token, the estimate leaves room
@@ -49,12 +52,14 @@ LANGUAGE_NAMES = {"en": "english", "zh": "chinese", "ja": "japanese", "ko": "kor
                   "fr": "french", "ru": "russian", "pt": "portuguese", "es": "spanish", "it": "italian"}
 
 
-def capabilities(config) -> Capabilities:
+def capabilities(config, piece_samples: int = 0) -> Capabilities:
     """What a Qwen3-TTS checkpoint can do, from its config: CustomVoice speaks named voices (the 1.7B
     one also takes an instruction), VoiceDesign an instruction, Base clones (transcript optional:
-    without it only the speaker embedding is used)."""
+    without it only the speaker embedding is used). `piece_samples`: the audio of one decode chunk,
+    handed over as it is decoded."""
     kind = config.model_type
     return Capabilities(
+        piece_samples=piece_samples,
         sample_rate=SAMPLE_RATE,
         languages=("auto", *(c for c, n in LANGUAGE_NAMES.items() if n in config.languages)),
         voices=tuple(sorted(config.talker.spk_id)) if kind == "custom_voice" else (),
@@ -65,13 +70,70 @@ def capabilities(config) -> Capabilities:
         reference_seconds=(0.1, 60.0))
 
 
+class DecodeStream:
+    """The codec decoder's audio of one request, made chunk by chunk as upstream's chunked_decode cuts
+    it; each chunk is decoded once (it depends only on its own codes and left context, so any order of
+    phases and retries gives the same samples) and handed to `emit(samples, start)` past the first
+    `skip` samples, `start` counted from there. `skip` None: not known yet (`cut` sets it)."""
+
+    def __init__(self, codec: Any, device: Callable[[], torch.device], emit: Callable[[Tensor, int], None] | None,
+                 skip: int | None = 0) -> None:
+        self.codec, self.device, self.emit, self.skip = codec, device, emit, skip
+        self.done: list[Tensor] = []
+        self.frame = 0           # frames decoded
+        self.sample = 0          # samples decoded
+        self.sent = 0            # samples handed to emit (counted from 0, not from skip)
+
+    def advance(self, codes: Tensor, chunk: int, final: bool = False) -> None:
+        """Decode the whole chunks of `codes` [F, 16] (the request's codes so far) not decoded yet, and
+        when `final` the last, shorter one too, trimmed as SpeechTokenizer.decode trims."""
+        frames = codes.shape[0]
+        x = None
+        while self.frame < frames and (final or self.frame + chunk <= frames):
+            end = min(self.frame + chunk, frames)
+            if x is None:
+                x = self.codec.decoder_input(codes.to(self.device()))
+            with torch.inference_mode():
+                wav = self.codec.decoder.window(x, self.frame, end)[0, 0].float().cpu()
+            if final:
+                wav = wav[:max(frames * self.codec.config.decode_upsample_rate - self.sample, 0)]
+            self.done.append(wav)
+            self.frame, self.sample = end, self.sample + wav.numel()
+            self.hand()
+
+    def cut(self, skip: int) -> None:
+        """The audio begins at `skip`: hand over what was decoded past it."""
+        self.skip = skip
+        self.hand()
+
+    def hand(self) -> None:
+        if self.emit is None or self.skip is None or self.sample <= max(self.sent, self.skip):
+            return
+        first = max(self.sent, self.skip)
+        with torch.inference_mode(False):          # the caller's buffers are ordinary tensors
+            self.emit(self.audio()[first:], first - self.skip)
+        self.sent = self.sample
+
+    def audio(self) -> Tensor:
+        """Everything decoded so far (float32, CPU)."""
+        if len(self.done) > 1:
+            self.done = [torch.cat(self.done)]
+        return self.done[0] if self.done else torch.zeros(0)
+
+
 class Qwen3TTSEngine(Engine):
     engine_id = "qwen3_tts"
 
     def __init__(self, bundle: Qwen3TTSBundle, manager: ModelManager, device: torch.device | str = "cpu",
-                 min_unit_bytes: int | None = None, name: str = "Qwen3-TTS") -> None:
+                 min_unit_bytes: int | None = None, name: str = "Qwen3-TTS", decode_chunk: int = DECODE_CHUNK) -> None:
+        if not isinstance(decode_chunk, int) or decode_chunk < 1:
+            raise ValueError(f"decode_chunk: expected a whole number of frames >= 1 (upstream: {DECODE_CHUNK}), "
+                             f"got {decode_chunk!r}")
         self.bundle = bundle
-        self.capabilities = capabilities(bundle.config)
+        # frames per decode chunk; other values than upstream's 300 change the audio slightly (tests use few)
+        self.decode_chunk = decode_chunk
+        self.fallback_chunk = max(1, decode_chunk * FALLBACK_CHUNK // DECODE_CHUNK)
+        self.capabilities = capabilities(bundle.config, decode_chunk * bundle.codec.config.decode_upsample_rate)
         model, codec = bundle.model, bundle.codec
         DeviceService.pin_to_cpu(model.talker.model.text_embedding)
         self.talker = ModelHandle(model.talker, name="talker", kind="sequence", min_unit_bytes=min_unit_bytes)
@@ -198,46 +260,79 @@ class Qwen3TTSEngine(Engine):
         return ctx.run("voice prompt", handles, run, memory=self.prompt_memory(max(wav_codec.numel(), wav_spk.numel())))
 
     def codes(self, ctx: RequestContext, request: Request, sampling: Sampling,
-              progress: Callable[[int, int], None] | None = None) -> Tensor:
-        """The "talker" phase: prompt embeddings and the generation loop -> codes [frames, 16]."""
+              progress: Callable[[int, int], None] | None = None, stream: DecodeStream | None = None) -> Tensor:
+        """The "talker" phase: prompt embeddings and the generation loop -> codes [frames, 16]. With a
+        `stream` the codec decoder shares the phase and decodes each chunk as soon as its codes exist
+        (the estimate covers both); if that phase stays out of memory after its retries, the talker runs
+        alone as without a stream (same codes: the chunks decode afterwards)."""
         text_tokens = max(request.text_ids.numel() - 8, 1)
         prompt_tokens = request.text_ids.numel() + 8 + (request.instruct_ids.numel() if request.instruct_ids is not None else 0)
-        if request.icl:
-            prompt_tokens += request.ref_code.shape[0] + request.ref_ids.numel()
+        prefix = request.ref_code if request.icl else None
+        if prefix is not None:
+            prompt_tokens += prefix.shape[0] + request.ref_ids.numel()
         kind = self.kv_cache(ctx)
+        memory = self.talker_memory(prompt_tokens, text_tokens, sampling.max_new_tokens)
 
-        def run():
+        def run(on_frame: Callable[[list[list[int]]], None] | None = None) -> Tensor:
             with torch.inference_mode():
                 prompt = build_prompt(self.bundle.model, request, self.device)
                 return generate_codes(self.bundle.model.talker, prompt, sampling, ctx.generator, kind,
-                                      check=ctx.check_cancelled, progress=progress)
+                                      check=ctx.check_cancelled, progress=progress, on_frame=on_frame)
 
-        return ctx.run("talker", [self.talker], run,
-                       memory=self.talker_memory(prompt_tokens, text_tokens, sampling.max_new_tokens))
+        if stream is not None:
+            def on_frame(frames: list[list[int]]) -> None:
+                made = len(frames) + (prefix.shape[0] if prefix is not None else 0)
+                if made >= stream.frame + self.decode_chunk:        # the next chunk's codes are all there
+                    new = torch.tensor(frames, dtype=torch.long)
+                    stream.advance(new if prefix is None else torch.cat([prefix, new]), self.decode_chunk)
 
-    def decode(self, ctx: RequestContext, codes: Tensor) -> Tensor:
-        """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU)."""
-        def run(chunk: int) -> Tensor:
-            with torch.inference_mode():
-                return self.bundle.codec.decode(codes.to(self.decoder.device), chunk).float().cpu()
+            frames = min(FRAMES_PER_TEXT_TOKEN * text_tokens, sampling.max_new_tokens) + \
+                (prefix.shape[0] if prefix is not None else 0)
+            rng = ctx.generator.get_state()
+            try:
+                return ctx.run("talker", [self.talker, self.decoder], lambda: run(on_frame),
+                               memory=memory + self.decoder_memory(frames, self.decode_chunk))
+            except torch.OutOfMemoryError as e:
+                ctx.generator.set_state(rng)            # the same draws as the attempts that failed
+                log.warning("%s: the talker with the codec decoder beside it is out of memory (%s); generating "
+                            "without decoding meanwhile (the same audio, handed over later)", self.name, e)
+        return ctx.run("talker", [self.talker], run, memory=memory)
 
+    def decode(self, ctx: RequestContext, codes: Tensor, emit: Callable[[Tensor, int], None] | None = None,
+               skip: int = 0, stream: DecodeStream | None = None) -> Tensor:
+        """The "codec decoder" phase: codes [F, 16] -> waveform [F * 1920] (float32, CPU), chunk by chunk
+        (DecodeStream: `emit` and `skip` as there), the rest of a `stream` decoded during the talker.
+        An OOM retry goes on from the first chunk not yet decoded (each depends only on its own codes:
+        bit-equal to decoding all again); the fallback decodes the frames not yet decoded in smaller
+        chunks, so what was handed over stays final."""
+        stream = stream if stream is not None else self.decode_stream(emit, skip)
         frames = codes.shape[0]
-        fallback = (f"codec decoder in {FALLBACK_CHUNK}-frame chunks", lambda: run(FALLBACK_CHUNK),
-                    self.decoder_memory(frames, FALLBACK_CHUNK))
-        return ctx.run("codec decoder", [self.decoder], lambda: run(DECODE_CHUNK), memory=self.decoder_memory(frames),
-                       fallback=fallback)
+
+        def run(chunk: int) -> Tensor:
+            stream.advance(codes, chunk, final=True)
+            return stream.audio()
+
+        fallback = (f"codec decoder in {self.fallback_chunk}-frame chunks", lambda: run(self.fallback_chunk),
+                    self.decoder_memory(frames, self.fallback_chunk))
+        return ctx.run("codec decoder", [self.decoder], lambda: run(self.decode_chunk),
+                       memory=self.decoder_memory(frames, self.decode_chunk), fallback=fallback)
+
+    def decode_stream(self, emit: Callable[[Tensor, int], None] | None, skip: int = 0) -> DecodeStream:
+        return DecodeStream(self.bundle.codec, lambda: self.decoder.device, emit, skip)
 
     def speak(self, ctx: RequestContext, text: str, *, language: str = "auto", speaker: str | None = None,
               instruct: str | None = None, ref_audio: Any = None, ref_text: str | None = None,
               x_vector_only: bool = False, non_streaming: bool | None = None,
               tokens: dict[str, Tensor | None] | None = None, progress: Callable[[int, int], None] | None = None,
-              prompt_cache: dict[str, Any] | None = None, **sampling: Any) -> Tensor:
+              prompt_cache: dict[str, Any] | None = None, emit: Callable[[Tensor, int], None] | None = None,
+              **sampling: Any) -> Tensor:
         """Text -> mono float32 waveform [T] at 24 kHz on the CPU.
 
         `tokens` (text_ids / instruct_ids / ref_ids, templated) skips the BPE tokenizer; sampling options
         (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens) default
         to the model's generation_config.json, then upstream's defaults. `prompt_cache` keeps the voice
-        prompt of the reference across the chunks of one request.
+        prompt of the reference across the chunks of one request. `emit(samples, start)` gets the audio
+        each decode chunk adds, as it is decoded (Chunk.emit).
         """
         self.check(text, language, speaker, instruct, ref_audio, ref_text, x_vector_only)
         s = Sampling.merged(self.bundle.generate_defaults, **sampling)
@@ -259,15 +354,29 @@ class Qwen3TTSEngine(Engine):
             request.spk_embedding = spk
             if not x_vector_only:
                 request.ref_code, request.ref_ids = ref_code, ids["ref_ids"]
-        codes = self.codes(ctx, request, s, progress)
+        rate = self.bundle.codec.config.decode_upsample_rate
+        ref = request.ref_code.shape[0] if request.icl else 0
+        # a voice clone's reference is cut where upstream's float arithmetic puts it (its frames, or one
+        # sample less, depending on how many frames follow): handed over once the talker is done
+        stream = self.decode_stream(emit, None if ref else 0) if emit is not None and self.interleaves() else None
+        codes = self.codes(ctx, request, s, progress, stream)
         if codes.shape[0] == 0:
             return torch.zeros(0)
         if request.icl:
             full = torch.cat([request.ref_code, codes], dim=0)
-            wav = self.decode(ctx, full)
-            cut = int(request.ref_code.shape[0] / max(full.shape[0], 1) * wav.shape[0])
+            # upstream cuts the reference's share of the decoded audio (F * 1920 samples long)
+            cut = int(ref / max(full.shape[0], 1) * (full.shape[0] * rate))
+            if stream is not None:
+                stream.cut(cut)
+            wav = self.decode(ctx, full, emit, skip=cut, stream=stream)
             return wav[cut:]
-        return self.decode(ctx, codes)
+        return self.decode(ctx, codes, emit, stream=stream)
+
+    def interleaves(self) -> bool:
+        """Whether chunks decoded beside the talker are the final audio: each frame decodes to exactly
+        the samples SpeechTokenizer.decode keeps of it (all published configs)."""
+        codec = self.bundle.codec
+        return codec.decoder.total_upsample == codec.config.decode_upsample_rate
 
     def split_text(self, text: str, reference: Reference | None = None, reference_text: str | None = None,
                    language: str = "auto", speed: float = 1.0) -> list[str]:
@@ -276,11 +385,13 @@ class Qwen3TTSEngine(Engine):
         return [text] if text.strip() else []
 
     def phase_components(self) -> list[list[ModelHandle]]:
-        return [[self.encoder, self.speaker] if self.speaker else [], [self.speaker] if self.speaker else [], [self.talker], [self.decoder]]
+        # the talker phase holds the decoder too when audio is handed over while it is made
+        return [[self.encoder, self.speaker] if self.speaker else [], [self.speaker] if self.speaker else [],
+                [self.talker, self.decoder], [self.talker], [self.decoder]]
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
         ref = (chunk.reference.wav, chunk.reference.sample_rate) if chunk.reference is not None else None
         return self.speak(ctx, chunk.text, language=LANGUAGE_NAMES.get(chunk.language, chunk.language),
                           speaker=chunk.voice, instruct=chunk.instruction, ref_audio=ref, ref_text=chunk.reference_text,
                           x_vector_only=ref is not None and not chunk.reference_text, progress=chunk.progress,
-                          prompt_cache=chunk.prompts)
+                          prompt_cache=chunk.prompts, emit=chunk.emit)
