@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -40,6 +42,25 @@ def batches(n: int, size: int, phones: int, tokens: int, eos: int) -> list[s1_tr
             for _ in range(n)]
 
 
+def measured(preset: str, device: torch.device, steps: Callable[[], float], times: list[float],
+             tools: Callable[[], Any]) -> dict:
+    """Run `steps` (returns the estimate in bytes, appends each step's seconds to `times`) under the device's
+    peak measure: CUDA's allocator, or the simulated device's tracker on the CPU; one row."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        estimate = steps()
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        with DeviceService(simulate={"cpu": 1 << 50}).tracking("cpu") as tracker:
+            estimate = steps()
+        peak = tracker.peak_bytes
+    return {"preset": preset, "estimate_mb": estimate / MB, "peak_mb": peak / MB,
+            "s_per_step": statistics.median(times[1:]) if len(times) > 1 else times[0],
+            "numerics": ", ".join(n for n in tools().numerics_changes() if not n.startswith("frozen"))
+            or "upstream's float32 recipe"}
+
+
 def run(preset: str, model_cfg: dict, data: list[s1_train.S1Batch], device: torch.device) -> dict:
     cfg = T2SConfig.from_dict({"model": model_cfg, "data": {"max_sec": 54}}, "bench")
     tools = resolve_tools(preset)
@@ -57,19 +78,7 @@ def run(preset: str, model_cfg: dict, data: list[s1_train.S1Batch], device: torc
             times.append(time.perf_counter() - start)
         return method_info(model, data).memory_bytes(preset, data[0].phoneme_ids.shape[0])
 
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        estimate = steps()
-        peak = torch.cuda.max_memory_allocated(device)
-    else:
-        with DeviceService(simulate={"cpu": 1 << 50}).tracking("cpu") as tracker:
-            estimate = steps()
-        peak = tracker.peak_bytes
-    return {"preset": preset, "estimate_mb": estimate / MB, "peak_mb": peak / MB,
-            "s_per_step": statistics.median(times[1:]) if len(times) > 1 else times[0],
-            "numerics": ", ".join(n for n in tools.numerics_changes() if not n.startswith("frozen"))
-            or "upstream's float32 recipe"}
+    return measured(preset, device, steps, times, lambda: tools)
 
 
 # upstream's s2.json (v2): the published SoVITS size; the tiny one keeps the widths upstream hard-codes (192 hidden,
@@ -132,19 +141,7 @@ def run_s2(preset: str, hps: dict, divisor: int, data: list, device: torch.devic
                 times.append(time.perf_counter() - start)
         return memory_mb(net_g, net_d) * MB
 
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        estimate = steps()
-        peak = torch.cuda.max_memory_allocated(device)
-    else:
-        with DeviceService(simulate={"cpu": 1 << 50}).tracking("cpu") as tracker:
-            estimate = steps()
-        peak = tracker.peak_bytes
-    return {"preset": preset, "estimate_mb": estimate / MB, "peak_mb": peak / MB,
-            "s_per_step": statistics.median(times[1:]) if len(times) > 1 else times[0],
-            "numerics": ", ".join(n for n in tools.numerics_changes() if not n.startswith("frozen"))
-            or "upstream's float32 recipe"}
+    return measured(preset, device, steps, times, lambda: tools)
 
 
 def main_s2(args: argparse.Namespace) -> list[dict]:
