@@ -183,3 +183,21 @@ def test_torchaudio_resamplers_golden():
         assert_close(audio.resample(x, p["orig"], p["target"], "torchaudio_functional"), functional, 2e-7, what)
         if p["orig"] != 24000:
             assert relative_error(functional, transforms) > 1e-6, what
+
+
+# ---- the Qwen2 config CosyVoice's LM and VibeVoice's decoder share ------------------------------------
+def test_qwen2_config_defaults_and_errors_name_the_field():
+    from mizuoto.nodes.blocks.transformer import Qwen2Config
+    base = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "vocab_size": 100}
+    c = Qwen2Config.from_dict(base)
+    assert (c.num_key_value_heads, c.head_dim, c.max_position_embeddings, c.rms_norm_eps, c.rope_theta) == \
+        (4, 16, 32768, 1e-6, 10000.0)
+    with pytest.raises(ValueError, match=r"decoder_config\.vocab_size missing"):
+        Qwen2Config.from_dict({k: v for k, v in base.items() if k != "vocab_size"}, "decoder_config")
+    with pytest.raises(ValueError, match=r"config\.hidden_size '64': expected a positive integer"):
+        Qwen2Config.from_dict({**base, "hidden_size": "64"})
+    with pytest.raises(ValueError, match=r"config\.rope_theta -1: expected a positive number"):
+        Qwen2Config.from_dict({**base, "rope_theta": -1})
+    with pytest.raises(ValueError, match="do not divide"):
+        Qwen2Config.from_dict({**base, "num_key_value_heads": 3})

@@ -15,6 +15,8 @@ such as OmniVoice's backbone: every position sees every unpadded one).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -242,6 +244,48 @@ def run_layers(layers: nn.ModuleList, norm: nn.Module, rotary: nn.Module, x: Ten
 def kv_position_bytes(kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
     """K plus V bytes of one position of one layer (for runtime.lm.cache.peak_bytes)."""
     return 2 * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Qwen2Config:
+    """The fields of a Hugging Face Qwen2 `config.json` that a plain-torch Qwen2 stack needs (CosyVoice's LM,
+    VibeVoice's decoder)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    max_position_embeddings: int = 32768
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "config") -> Qwen2Config:
+        """Read with transformers' defaults; a missing or malformed field is a ValueError naming `where.field`."""
+        def number(key: str, kind: type, default: Any = None) -> Any:
+            v = d.get(key, default)
+            if v is None:
+                raise ValueError(f"{where}.{key} missing")
+            if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or not v > 0 \
+                    or v == float("inf"):
+                raise ValueError(f"{where}.{key} {v!r}: expected a positive {'number' if kind is float else 'integer'}")
+            return kind(v)
+
+        heads = number("num_attention_heads", int)
+        c = cls(number("hidden_size", int), number("intermediate_size", int), number("num_hidden_layers", int), heads,
+                number("num_key_value_heads", int, heads), number("vocab_size", int),
+                number("max_position_embeddings", int, 32768), number("rms_norm_eps", float, 1e-6),
+                number("rope_theta", float, 10000.0))
+        if c.hidden_size % heads or heads % c.num_key_value_heads:
+            raise ValueError(f"{where}: hidden_size {c.hidden_size}, num_attention_heads {heads} and "
+                             f"num_key_value_heads {c.num_key_value_heads} do not divide")
+        return c
 
 
 def qwen2_layer(dim: int, heads: int, kv_heads: int, head_dim: int, hidden: int, *, eps: float = 1e-6) -> DecoderLayer:

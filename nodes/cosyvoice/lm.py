@@ -18,38 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache, make_cache
-from ..blocks.transformer import RMSNorm, RotaryEmbedding, qwen2_layer, run_layers
+from ..blocks.transformer import Qwen2Config, RMSNorm, RotaryEmbedding, qwen2_layer, run_layers
 
 ENDOFPROMPT_V3 = 151646   # upstream's hard-coded id of <|endofprompt|> for CosyVoice 3
-
-
-@dataclass(frozen=True)
-class Qwen2Config:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Qwen2Config:
-        heads = int(d["num_attention_heads"])
-        return cls(int(d["hidden_size"]), int(d["intermediate_size"]), int(d["num_hidden_layers"]), heads,
-                   int(d.get("num_key_value_heads") or heads), int(d["vocab_size"]),
-                   float(d.get("rms_norm_eps", 1e-6)), float(d.get("rope_theta", 10000.0)))
 
 
 @dataclass(frozen=True)

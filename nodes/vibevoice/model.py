@@ -22,30 +22,13 @@ import torch
 from torch import Tensor, nn
 
 from ...runtime.lm.cache import KVCache
-from ..blocks.transformer import RMSNorm, RotaryEmbedding, qwen2_layer, run_layers
+from ..blocks.transformer import Qwen2Config, RMSNorm, RotaryEmbedding, qwen2_layer, run_layers
 from .acoustic import AcousticConfig, AcousticTokenizer, float_field as _float, int_field as _int
 from .diffusion_head import DiffusionHead, HeadConfig, scheduler_for
 
 # Keys of a published checkpoint the Realtime model never reads: the TTS LM's own (unused) embedding table and
 # the acoustic encoder (the voices come as prefilled presets).
 UNUSED_PREFIXES = ("model.tts_language_model.embed_tokens.", "model.acoustic_tokenizer.encoder.")
-
-
-@dataclass(frozen=True)
-class Qwen2Config:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
-    max_position_embeddings: int
-    rms_norm_eps: float
-    rope_theta: float
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
 
 @dataclass(frozen=True)
@@ -76,19 +59,9 @@ class RealtimeConfig:
             raise ValueError(f"decoder_config.model_type {q.get('model_type')!r}: only 'qwen2' is supported")
         if q.get("use_sliding_window"):
             raise ValueError("decoder_config.use_sliding_window: sliding-window attention is not supported")
-        heads = _int(q, "num_attention_heads", "decoder_config")
-        qwen = Qwen2Config(_int(q, "hidden_size", "decoder_config"), _int(q, "intermediate_size", "decoder_config"),
-                           _int(q, "num_hidden_layers", "decoder_config"), heads,
-                           _int(q, "num_key_value_heads", "decoder_config", heads),
-                           _int(q, "vocab_size", "decoder_config"),
-                           _int(q, "max_position_embeddings", "decoder_config", 32768),
-                           _float(q, "rms_norm_eps", "decoder_config", 1e-6),
-                           _float(q, "rope_theta", "decoder_config", 10000.0))
         if q.get("rope_scaling") is not None:
             raise ValueError("decoder_config.rope_scaling: only the default RoPE is supported")
-        if qwen.hidden_size % heads or heads % qwen.num_key_value_heads:
-            raise ValueError(f"decoder_config: hidden_size {qwen.hidden_size}, num_attention_heads {heads} and "
-                             f"num_key_value_heads {qwen.num_key_value_heads} do not divide")
+        qwen = Qwen2Config.from_dict(q, "decoder_config")
         tts = _int(d, "tts_backbone_num_hidden_layers", "", 20)
         if not tts < qwen.num_hidden_layers:
             raise ValueError(f"tts_backbone_num_hidden_layers {tts}: expected 1..{qwen.num_hidden_layers - 1} "
