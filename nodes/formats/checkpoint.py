@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ...runtime.loading import CheckpointError
+from ...runtime.loading import CheckpointError, checkpoint_path
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -165,6 +165,14 @@ def load_json(path: str | os.PathLike, engine: str, kind: type | tuple[type, ...
         wanted = " or ".join(names.get(k, k.__name__) for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise CheckpointError(f"{engine}: {path} holds a JSON {type(data).__name__}, expected a JSON {wanted}")
     return data
+
+
+def missing_hub_files(folder: str | os.PathLike, configs: tuple[str, ...], weights: tuple[str, ...]) -> list[str]:
+    """What a Hugging Face style folder lacks ([] when complete): the `configs` files, and in each of the
+    `weights` subfolders ("" is the folder itself) a model.safetensors or its sharded index."""
+    folder = Path(folder)
+    return [f for f in configs if not (folder / f).is_file()] + \
+        [str(checkpoint_path(folder / w).relative_to(folder)) for w in weights if not checkpoint_path(folder / w).is_file()]
 
 
 def read_json(path: str | os.PathLike, engine: str) -> dict[str, Any]:

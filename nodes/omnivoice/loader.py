@@ -32,9 +32,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def missing_files(folder: Path) -> list[str]:
     """What the folder lacks ([] when complete): its configs and each part's model.safetensors (or index)."""
-    folder = Path(folder)
-    return [f for f in REQUIRED if not (folder / f).is_file()] + \
-        [str(checkpoint_path(folder / w).relative_to(folder)) for w in WEIGHTS if not checkpoint_path(folder / w).is_file()]
+    return checkpoint.missing_hub_files(folder, REQUIRED, WEIGHTS)
 
 
 def is_model_folder(folder: Path) -> bool:
@@ -79,8 +77,7 @@ def load_omnivoice(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelFolderError(f"OmniVoice: model folder {folder} not found")
-    missing = [f for f in REQUIRED if not (folder / f).is_file()]
-    missing += [str(Path(w) / "model.safetensors") for w in WEIGHTS if not checkpoint_path(folder / w).is_file()]
+    missing = missing_files(folder)
     if missing:
         raise ModelFolderError(f"OmniVoice: {folder} is missing {', '.join(missing)} (expected the upstream layout of "
                                "the k2-fsa/OmniVoice repository)")

@@ -33,9 +33,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def missing_files(folder: Path) -> list[str]:
     """What the folder lacks ([] when complete): its configs and each part's model.safetensors (or index)."""
-    folder = Path(folder)
-    return [f for f in REQUIRED if not (folder / f).is_file()] + \
-        [str(checkpoint_path(folder / w).relative_to(folder)) for w in WEIGHTS if not checkpoint_path(folder / w).is_file()]
+    return checkpoint.missing_hub_files(folder, REQUIRED, WEIGHTS)
 
 
 CODEC_IDS = ("codec_eos_token_id", "codec_think_id", "codec_nothink_id", "codec_think_bos_id", "codec_think_eos_id",
@@ -96,8 +94,7 @@ def load_qwen3_tts(folder: str | Path, dtype: torch.dtype = torch.bfloat16,
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelFolderError(f"Qwen3-TTS: model folder {folder} not found")
-    missing = [f for f in REQUIRED if not (folder / f).is_file()]
-    missing += [str(Path(w) / "model.safetensors") for w in WEIGHTS if not checkpoint_path(folder / w).is_file()]
+    missing = missing_files(folder)
     if missing:
         raise ModelFolderError(f"Qwen3-TTS: {folder} is missing {', '.join(missing)} (expected the upstream layout of "
                                "a Qwen/Qwen3-TTS-12Hz-* repository)")
