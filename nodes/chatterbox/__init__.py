@@ -32,8 +32,9 @@ ENGINE = EngineSpec(
             "chatterbox_multilingual": (Download("ResembleAI/chatterbox", MTL_FILES),)},
     precisions=("fp32", "bf16", "fp16"),
     description="Chatterbox (0.5B, English) and Chatterbox Multilingual (23 languages: pick the language on "
-                "Speak; Japanese needs pykakasi, Chinese spacy-pkuseg): zero-shot voice cloning from a few "
-                "seconds of reference audio or the built-in voice, exaggeration (expressiveness) and CFG "
-                "weight; 24 kHz. Outputs are not watermarked (upstream embeds a Perth watermark).",
+                "Speak; Japanese needs pykakasi, Chinese spacy-pkuseg and its spacy_ontonotes/ model folder): "
+                "zero-shot voice cloning from a few seconds of reference audio or the built-in voice, exaggeration "
+                "(expressiveness) and CFG weight; 24 kHz. Outputs are not watermarked (upstream embeds a Perth "
+                "watermark).",
     license="MIT (code and weights)",
 )

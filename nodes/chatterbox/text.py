@@ -2,6 +2,7 @@
 `[SPACE]` token, then the `tokenizers` BPE of tokenizer.json), framed by T3's start and stop text ids."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -79,10 +80,12 @@ def korean_jamo(text: str) -> str:
 class Cangjie:
     """Upstream's ChineseCangjieConverter on Cangjie5_TC.json ("glyph<TAB>code" entries): each "Lo" character
     with a code becomes [cj_x] per code letter, its index among the glyphs sharing the code when above 0,
-    then [cj_.]. Word segmentation (spacy-pkuseg, upstream's dependency) runs first; see `segment`."""
+    then [cj_.]. Word segmentation (spacy-pkuseg, upstream's dependency) runs first; see `segment`. The
+    segmenter's model folder `spacy_ontonotes/` is looked for beside the table (see `pkuseg_model_dir`)."""
 
     def __init__(self, path: Path) -> None:
         import json
+        self.model_folder = Path(path).parent
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
@@ -98,9 +101,11 @@ class Cangjie:
         self.segmenter = None       # spacy-pkuseg's, made on first use
 
     def segment(self, text: str) -> str:
-        """Upstream's pkuseg word segmentation, words joined by spaces."""
+        """Upstream's pkuseg word segmentation, words joined by spaces. Upstream calls `pkuseg()`, which
+        downloads spacy_ontonotes into spacy-pkuseg's home on first use; here the same model is read from a
+        folder already on disk (`pkuseg(model_name=<folder>)` takes the same load path, no download)."""
         if self.segmenter is None:
-            self.segmenter = pkuseg_class()()
+            self.segmenter = pkuseg_class()(model_name=str(pkuseg_model_dir(self.model_folder)))
         return " ".join(self.segmenter.cut(text))
 
     def encode_glyph(self, glyph: str) -> str | None:
@@ -129,6 +134,30 @@ def pkuseg_class():
     return pkuseg
 
 
+PKUSEG_MODEL = "spacy_ontonotes"     # the model upstream's pkuseg() loads (spacy-pkuseg's default)
+PKUSEG_URL = "https://github.com/explosion/spacy-pkuseg/releases/download/v0.0.26/spacy_ontonotes.zip"
+PKUSEG_SHA256 = "b216e7f92de7ae285aeab8feba2faa8ea8216e5995ff6fb3d391cc8356db1bfe"   # spacy-pkuseg's config.py
+# what spacy-pkuseg's FeatureExtractor.load and Model.load read (its current format, or its older one)
+PKUSEG_FILES = (("features.msgpack", "features.pkl"), ("weights.npz", "model.txt"))
+
+
+def pkuseg_model_dir(model_folder: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The spacy_ontonotes folder (unpacked from PKUSEG_URL): `<model folder>/spacy_ontonotes/`, else where
+    upstream's own download leaves it (`$PKUSEG_HOME/spacy_ontonotes`, default ~/.pkuseg). A release asset in
+    a zip, so the pack's hub downloads cannot fetch it; nothing is downloaded here."""
+    import os
+    environ = os.environ if environ is None else environ
+    home = Path(environ.get("PKUSEG_HOME") or "~/.pkuseg").expanduser()
+    candidates = [Path(model_folder) / PKUSEG_MODEL, home / PKUSEG_MODEL]
+    for folder in candidates:
+        if folder.is_dir() and all(any((folder / n).is_file() for n in names) for names in PKUSEG_FILES):
+            return folder
+    needs = " and ".join(" or ".join(names) for names in PKUSEG_FILES)
+    raise ValueError(f"language zh: spacy-pkuseg's segmentation model folder {PKUSEG_MODEL} (holding {needs}) is "
+                     f"not in {candidates[0]} (nor in {candidates[1]}, where spacy-pkuseg itself keeps it); "
+                     f"download {PKUSEG_URL} (sha256 {PKUSEG_SHA256}) and unpack its files into {candidates[0]}")
+
+
 def japanese_kana(text: str) -> str:
     """Upstream's hiragana_normalize with pykakasi (a chatterbox-tts dependency): kanji phrases become
     hiragana (a space before a leading は or へ), katakana and the rest stay, then NFKD."""
@@ -152,7 +181,7 @@ def japanese_kana(text: str) -> str:
 
 def check_language(language: str | None, cangjie: Cangjie | None = None) -> None:
     """Fail before any model work when `language` needs what is not here: upstream's 23 codes, pykakasi for
-    ja, spacy-pkuseg and Cangjie5_TC.json for zh."""
+    ja, spacy-pkuseg, Cangjie5_TC.json and the spacy_ontonotes folder for zh."""
     if language is None:
         return
     if language not in LANGUAGES:
@@ -164,6 +193,7 @@ def check_language(language: str | None, cangjie: Cangjie | None = None) -> None
             raise ValueError("language zh: the model folder lacks Cangjie5_TC.json (download it from "
                              "ResembleAI/chatterbox)")
         pkuseg_class()
+        pkuseg_model_dir(cangjie.model_folder)
 
 
 def mtl_encode(tokenizer: EnTokenizer, text: str, language: str | None, cangjie: Cangjie | None = None) -> list[int]:

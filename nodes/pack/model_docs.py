@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from types import MappingProxyType
 
+from ..chatterbox.text import PKUSEG_SHA256, PKUSEG_URL
 from ..formats.download import layout
 from .registry import Download, EngineSpec, discover
 
@@ -35,7 +36,13 @@ NOTES: MappingProxyType[str, str] = MappingProxyType({
         "grapheme_mtl_merged_expanded_v1.json, conds.pt, Cangjie5_TC.json; sizes not checked here, the download "
         "checks each file against the hub's sha256). Pick the language on Speak (23 codes; `auto` = no "
         "language tag, as upstream without `language_id`). Japanese needs `pip install pykakasi` and Chinese "
-        "`pip install spacy-pkuseg` (both upstream dependencies; a clear error names them otherwise); Hebrew "
+        "`pip install spacy-pkuseg` (both upstream dependencies; a clear error names them otherwise). Chinese "
+        "also needs spacy-pkuseg's word segmentation model, which upstream downloads on first use and this "
+        "pack does not (it is a zip on GitHub releases, which the downloads above cannot fetch): unpack the "
+        f"files of {PKUSEG_URL} (sha256 {PKUSEG_SHA256}) into `spacy_ontonotes/` inside the model folder "
+        "(as spacy-pkuseg's own download does; it reads `features.msgpack` and `weights.npz` from it); a "
+        "`spacy_ontonotes/` that upstream already downloaded into `~/.pkuseg/` (or `$PKUSEG_HOME`) is used "
+        "too, and without either Chinese is an error naming it. Hebrew "
         "diacritics and Russian stress marks are skipped, as upstream does without its optional dicta-onnx and "
         "russian-text-stresser."),
     "vibevoice": (

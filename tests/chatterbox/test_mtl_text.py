@@ -3,7 +3,6 @@
 Hebrew and Russian as upstream without its optional packages, Cangjie codes for Chinese characters."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -41,12 +40,14 @@ def test_cangjie_matches_upstream(folder) -> None:
     assert cangjie("叩") == "[cj_r][cj_r][cj_1][cj_.]"    # the second glyph of a shared code: its index as a code letter
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pykakasi") is None, reason="Japanese needs pykakasi (pip install "
-                    "pykakasi==2.3.0, upstream's pin); the error without it is tested below")
 def test_japanese_matches_upstream(folder) -> None:
+    """Runs wherever the test extra is installed (pykakasi==2.3.0, upstream's pin, the version recorded with):
+    a missing or other pykakasi fails here rather than skipping."""
+    from importlib.metadata import version
     from unicodedata import normalize
 
     from mizuoto.nodes.chatterbox.text import japanese_kana
+    assert version("pykakasi") == "2.3.0", "pip install -e '.[test]' (pykakasi==2.3.0, the golden's version)"
     tokenizer = EnTokenizer(folder / "tokenizer.json")
     assert len(GOLDEN["ja"]) == len(tiny.JA_TEXTS)
     for case in GOLDEN["ja"]:
@@ -70,3 +71,53 @@ def test_language_errors_name_the_language_and_what_is_missing(folder, monkeypat
     with pytest.raises(ValueError, match="glyph<TAB>code"):
         (folder / "bad.json").write_text("{}")
         Cangjie(folder / "bad.json")
+
+
+def test_chinese_needs_the_spacy_ontonotes_folder(folder, monkeypatch, tmp_path) -> None:
+    """spacy-pkuseg installed (a module that records how it is called stands in for the package: only the
+    call is checked here, not segmentation) but no spacy_ontonotes folder: the error names the folder, where
+    it is looked for, the release URL and its sha256; nothing is downloaded."""
+    import shutil
+    import sys
+    import types
+
+    from mizuoto.nodes.chatterbox.text import PKUSEG_SHA256, PKUSEG_URL, pkuseg_model_dir
+    folder = shutil.copytree(folder, tmp_path / "model")      # a folder of its own: spacy_ontonotes/ comes and goes
+    built = []
+
+    class Recorder:
+        def __init__(self, **kwargs) -> None:
+            built.append(kwargs)
+
+        def cut(self, text: str) -> list[str]:
+            return [text[:1], text[1:]]
+
+    monkeypatch.setitem(sys.modules, "spacy_pkuseg", types.SimpleNamespace(pkuseg=Recorder))
+    monkeypatch.setenv("PKUSEG_HOME", str(tmp_path / "pkuseg_home"))
+    cangjie = Cangjie(folder / "Cangjie5_TC.json")
+    with pytest.raises(ValueError, match=r"spacy_ontonotes .* not in " + str(folder / "spacy_ontonotes")) as e:
+        check_language("zh", cangjie)
+    assert PKUSEG_URL in str(e.value) and PKUSEG_SHA256 in str(e.value)
+    assert str(tmp_path / "pkuseg_home" / "spacy_ontonotes") in str(e.value)
+    with pytest.raises(ValueError, match="spacy_ontonotes"):
+        cangjie.segment("你好")
+    assert built == []
+    # an empty folder, or one with only half of the model, is not the model
+    model = folder / "spacy_ontonotes"
+    model.mkdir()
+    (model / "features.msgpack").write_bytes(b"")
+    with pytest.raises(ValueError, match="weights.npz or model.txt"):
+        pkuseg_model_dir(folder)
+    (model / "weights.npz").write_bytes(b"")
+    check_language("zh", cangjie)
+    assert built == []                          # checking builds nothing
+    assert cangjie.segment("你好") == "你 好" and built == [{"model_name": str(model)}]
+    cangjie.segment("中文")
+    assert len(built) == 1                      # built once, on first use
+    # where upstream's own pkuseg() download leaves it, when the model folder has none
+    home = tmp_path / "pkuseg_home" / "spacy_ontonotes"
+    home.mkdir(parents=True)
+    for name in ("features.pkl", "model.txt"):
+        (home / name).write_bytes(b"")
+    shutil.rmtree(model)
+    assert pkuseg_model_dir(folder) == home
