@@ -352,6 +352,7 @@ def mtl_text_case(folder: Path) -> dict:
     from chatterbox import mtl_tts
     from chatterbox.models.tokenizers import tokenizer as tk
     tk.hf_hub_download = lambda repo_id, filename, cache_dir=None: str(Path(cache_dir) / filename)
+    sys.modules["spacy_pkuseg"] = None       # as recorded first: without spacy-pkuseg (import fails, as absent)
     mtl = tk.MTLTokenizer(str(folder / "grapheme_mtl_merged_expanded_v1.json"))
     assert mtl.cangjie_converter.segmenter is None and mtl.cangjie_converter.word2cj
     cases = [{"language": lang, "text": text, "norm": mtl_tts.punc_norm(text),
@@ -363,10 +364,39 @@ def mtl_text_case(folder: Path) -> dict:
     return {"upstream": "chatterbox-tts==0.1.7", "encode": cases, "cangjie": cangjie, "ja": ja}
 
 
+def pkuseg_tiny() -> Path:
+    """tests/chatterbox/pkuseg_tiny/: the model spacy-pkuseg 1.0.2 trains on tiny.PKUSEG_TRAIN (its own trainer,
+    5 iterations), which tiny.write_mtl_folder copies into spacy_ontonotes/. Not bit-reproducible (the trainer
+    shuffles without a seed): the committed files are the model golden_mtl_pipeline.pt was recorded with."""
+    import os
+    import shutil
+    import tempfile
+
+    import spacy_pkuseg
+    out = Path(__file__).parent / "pkuseg_tiny"
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "train.utf8"
+        data.write_text("\n".join(tiny.PKUSEG_TRAIN) + "\n", encoding="utf-8")
+        cwd = os.getcwd()
+        os.chdir(tmp)                       # the trainer writes its scratch files under the working directory
+        try:
+            spacy_pkuseg.train(str(data), str(data), str(Path(tmp) / "model"), train_iter=5)
+        finally:
+            os.chdir(cwd)
+        out.mkdir(exist_ok=True)
+        for name in tiny.PKUSEG_TINY:
+            shutil.copyfile(Path(tmp) / "model" / name, out / name)
+    return out
+
+
 def mtl_pipeline_case(folder: Path) -> dict:
     """Upstream `ChatterboxMultilingualTTS.from_local(folder).generate(text, language_id=...)` on
-    tiny.write_mtl_folder's files (the built-in voice), watermark off, T3.inference's max_new_tokens forced
-    to tiny.FOLDER_T3_TOKENS; torch.manual_seed(seed) before each generate."""
+    tiny.write_mtl_folder's files (the built-in voice; the last case a 44.1 kHz stereo reference file), watermark
+    off, T3.inference's max_new_tokens forced to tiny.FOLDER_T3_TOKENS; torch.manual_seed(seed) before each
+    generate. Upstream's `pkuseg()` (which downloads spacy_ontonotes) reads the folder's spacy_ontonotes/."""
+    import soundfile
+    import spacy_pkuseg
+    spacy_pkuseg.pkuseg = functools.partial(spacy_pkuseg.pkuseg, model_name=str(folder / "spacy_ontonotes"))
     from chatterbox.models.t3 import llama_configs, t3
     from chatterbox.models.t3.modules import cond_enc
     from chatterbox.models.t3.modules.perceiver import Perceiver
@@ -387,12 +417,31 @@ def mtl_pipeline_case(folder: Path) -> dict:
     from chatterbox.mtl_tts import ChatterboxMultilingualTTS
     with tiny_s3gen_classes():
         model = ChatterboxMultilingualTTS.from_local(folder, "cpu")
+    assert model.tokenizer.cangjie_converter.segmenter is not None
+    reference = folder.parent / "reference_44k_stereo.wav"
+    soundfile.write(str(reference), tiny.stereo_reference().T.numpy(), 44100, subtype="FLOAT")
     out = {}
-    for name, language, text, exaggeration, seed, options in tiny.MTL_PIPELINE_CASES:
+    for name, language, text, exaggeration, seed, options, use_reference in tiny.MTL_PIPELINE_CASES:
         torch.manual_seed(seed)
-        wav = model.generate(text, language_id=language, exaggeration=exaggeration, **options)
+        wav = model.generate(text, language_id=language, exaggeration=exaggeration,
+                             audio_prompt_path=str(reference) if use_reference else None, **options)
         out[name] = {"tokens": drawn[-1], "wav": wav[0].clone()}
     return out
+
+
+def keep_recorded(new: dict, path: Path) -> dict:
+    """The cases `path` already holds keep their recorded values (from the machine that recorded them, the
+    golden the tests bound against) when their tokens are drawn again here; their audio difference is printed."""
+    if not path.is_file():
+        return new
+    old = torch.load(path, weights_only=True)
+    for name, case in old.items():
+        if name in new:
+            assert new[name]["tokens"] == case["tokens"], f"{name}: tokens differ from {path}"
+            print(f"{name}: kept; audio max-abs difference from this recording "
+                  f"{(new[name]['wav'] - case['wav']).abs().max().item():.3g}")
+            new[name] = case
+    return new
 
 
 def main() -> None:
@@ -404,10 +453,15 @@ def main() -> None:
             path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_mtl_text.json"
             path.write_text(json.dumps(mtl_text_case(folder), ensure_ascii=False, indent=0) + "\n")
         else:
-            path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent / "golden_mtl_pipeline.pt"
+            golden = Path(__file__).parent / "golden_mtl_pipeline.pt"
+            path = Path(sys.argv[3]) if len(sys.argv) > 3 else golden
             torch.set_num_threads(1)
-            torch.save(mtl_pipeline_case(folder), path)
+            cases = mtl_pipeline_case(folder)
+            torch.save(keep_recorded(cases, golden) if path == golden else cases, path)
         print(path)
+        return
+    if sys.argv[1:] == ["pkuseg_tiny"]:
+        print(pkuseg_tiny())
         return
     if sys.argv[1:] == ["real_s3gen"]:
         path = Path(__file__).parent / "real_s3gen.json"

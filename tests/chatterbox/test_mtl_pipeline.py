@@ -1,7 +1,8 @@
 """Chatterbox Multilingual through the Speak pipeline on tiny.write_mtl_folder against upstream
 `ChatterboxMultilingualTTS.from_local(folder).generate(text, language_id=...)` (chatterbox-tts 0.1.7, watermark
-off, T3's max_new_tokens capped at tiny.FOLDER_T3_TOKENS on both sides), French and Korean with the built-in
-voice: the language tag and preprocessing, the multilingual T3 (2454 text tokens, eager attention, the
+off, T3's max_new_tokens capped at tiny.FOLDER_T3_TOKENS on both sides): French, Korean, Japanese (pykakasi)
+and Chinese (spacy-pkuseg with a tiny model, then Cangjie) with the built-in voice, and French with a 44.1 kHz
+stereo reference: the language tag and preprocessing, the multilingual T3 (2454 text tokens, eager attention, the
 alignment guard) and the pickled S3Gen / voice encoder. Golden: golden_mtl_pipeline.pt (make_fixtures.py
 mtl_pipeline, one thread); live with $CHATTERBOX_REF_PYTHON."""
 from __future__ import annotations
@@ -37,9 +38,11 @@ def model(folder):
 
 def ours(model, monkeypatch) -> dict[str, dict]:
     drawn = tiny.record_speech_tokens(monkeypatch)
+    reference = {"waveform": tiny.stereo_reference()[None], "sample_rate": 44100}
     out = {}
-    for name, language, text, exaggeration, seed, options in tiny.MTL_PIPELINE_CASES:
+    for name, language, text, exaggeration, seed, options, use_reference in tiny.MTL_PIPELINE_CASES:
         wav, _ = speak(model, SpeakRequest(text, seed=seed, language=language,
+                                           reference=reference if use_reference else None,
                                            options={"exaggeration": exaggeration,
                                                     "max_new_tokens": tiny.FOLDER_T3_TOKENS, **options}))
         out[name] = {"tokens": drawn[-1], "wav": wav}
@@ -48,6 +51,7 @@ def ours(model, monkeypatch) -> dict[str, dict]:
 
 def check(got: dict, expected: dict, exact: bool) -> None:
     assert len(expected["fr_forced_stop"]["tokens"]) == 11 and expected["fr_forced_stop"]["tokens"][-1] == 6562
+    assert set(expected) == {name for name, *_ in tiny.MTL_PIPELINE_CASES}
     for name, *_ in tiny.MTL_PIPELINE_CASES:
         assert got[name]["tokens"] == drop_invalid_tokens(expected[name]["tokens"], 6561, 6562), name
         if exact:

@@ -259,13 +259,26 @@ MTL_TEXTS = [("fr", "Bonjour, ça va très bien"), ("de", "Grüße aus München!
 # Japanese (pykakasi, a chatterbox-tts dependency): kanji phrases to hiragana, は/へ after kanji, katakana kept
 JA_TEXTS = ["今日は良い天気です。", "東京へ行きます", "カタカナとひらがなと漢字", "日本語のテキスト、ＡＢＣ１２３"]
 CANGJIE_TEXTS = ["你好，我是中文。", "仲叩吅們 abc", "ひらがな混じり中文"]
-MTL_PIPELINE_CASES = [  # (name, language, text, exaggeration, seed, other generate options): the built-in voice
-    ("fr_exag05", "fr", "Bonjour, ça va très bien", 0.5, 41, {}),
-    ("ko_exag07", "ko", "안녕하세요 여러분, 반갑습니다", 0.7, 42, {}),
+MTL_PIPELINE_CASES = [  # (name, language, text, exaggeration, seed, other generate options, with the 44.1 kHz
+    # stereo reference): the built-in voice, then the reference case last (upstream's prepare_conditionals
+    # replaces the built-in voice)
+    ("fr_exag05", "fr", "Bonjour, ça va très bien", 0.5, 41, {}, False),
+    ("ko_exag07", "ko", "안녕하세요 여러분, 반갑습니다", 0.7, 42, {}, False),
     # a short text drawn near-greedily: the guard sees the alignment complete, then forces the stop token on
     # one speech token drawn twice in a row (at the 11th token)
-    ("fr_forced_stop", "fr", "Oui non", 0.5, 5, {"temperature": 0.3, "repetition_penalty": 1.0}),
+    ("fr_forced_stop", "fr", "Oui non", 0.5, 5, {"temperature": 0.3, "repetition_penalty": 1.0}, False),
+    # pykakasi 2.3.0 on both sides (kanji to hiragana, は after kanji)
+    ("ja_exag05", "ja", "今日は良い天気です", 0.5, 43, {}, False),
+    # spacy-pkuseg 1.0.2 on both sides with PKUSEG_TINY's model (segmentation adds [SPACE] between words)
+    ("zh_exag06", "zh", "你好，我是中文。", 0.6, 44, {}, False),
+    ("fr_stereo_44k_exag07", "fr", "Bonjour, ça va très bien", 0.7, 45, {}, True),
 ]
+# spacy-pkuseg's published spacy_ontonotes model is a GitHub release asset, out of reach here: the tiny folder's
+# spacy_ontonotes/ is a model spacy-pkuseg 1.0.2 trains on these lines (make_fixtures.py pkuseg_tiny writes
+# pkuseg_tiny/features.msgpack and weights.npz), so the pipeline's Chinese case runs spacy-pkuseg itself on both
+# sides; it says nothing about how the published model segments.
+PKUSEG_TRAIN = ["你好  中文", "我  是  中文", "你们  好", "中国  人"] * 12
+PKUSEG_TINY = ("features.msgpack", "weights.npz")
 
 
 def mtl_tokenizer_json() -> str:
@@ -300,7 +313,8 @@ def mtl_t3_shapes() -> dict[str, list[int]]:
 
 def write_mtl_folder(root) -> "Path":
     """t3_mtl23ls_v2.safetensors, s3gen.pt (with the S3 tokenizer's mel filters and window, which upstream's
-    strict load wants), ve.pt, the grapheme tokenizer, conds.pt and Cangjie5_TC.json; tiny random weights."""
+    strict load wants), ve.pt, the grapheme tokenizer, conds.pt, Cangjie5_TC.json and spacy_ontonotes/ (the
+    tiny pkuseg model, see PKUSEG_TRAIN); tiny random weights."""
     import json
     from pathlib import Path
 
@@ -324,6 +338,9 @@ def write_mtl_folder(root) -> "Path":
     (folder / "grapheme_mtl_merged_expanded_v1.json").write_text(mtl_tokenizer_json())
     torch.save(builtin_conds(), folder / "conds.pt")
     (folder / "Cangjie5_TC.json").write_text(json.dumps(CANGJIE, ensure_ascii=False))
+    (folder / "spacy_ontonotes").mkdir(exist_ok=True)
+    for name in PKUSEG_TINY:
+        (folder / "spacy_ontonotes" / name).write_bytes((Path(__file__).parent / "pkuseg_tiny" / name).read_bytes())
     return folder
 
 
