@@ -14,6 +14,7 @@ Seconds per step are the median over the batches after the first (warm-up).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -42,23 +43,34 @@ def batches(n: int, size: int, phones: int, tokens: int, eos: int) -> list[s1_tr
             for _ in range(n)]
 
 
-def measured(preset: str, device: torch.device, steps: Callable[[], float], times: list[float],
+def measured(preset: str, device: torch.device, steps: Callable[[Callable], float], times: list[float],
              tools: Callable[[], Any]) -> dict:
-    """Run `steps` (returns the estimate in bytes, appends each step's seconds to `times`) under the device's
-    peak measure: CUDA's allocator, or the simulated device's tracker on the CPU; one row."""
+    """Run `steps(host)` (returns the estimate in bytes, appends each step's seconds to `times`; `host` is the
+    context for host-side work, e.g. the host AdamW's) under the device's peak measure: CUDA's allocator, or the
+    simulated device's tracker on the CPU, which then leaves `devices.host` work out; one row."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-        estimate = steps()
+        estimate = steps(contextlib.nullcontext)     # host tensors are not in CUDA's allocator statistics
         peak = torch.cuda.max_memory_allocated(device)
     else:
-        with DeviceService(simulate={"cpu": 1 << 50}).tracking("cpu") as tracker:
-            estimate = steps()
+        devices = DeviceService(simulate={"cpu": 1 << 50})
+        with devices.tracking("cpu") as tracker:
+            estimate = steps(devices.host)
         peak = tracker.peak_bytes
     return {"preset": preset, "estimate_mb": estimate / MB, "peak_mb": peak / MB,
             "s_per_step": statistics.median(times[1:]) if len(times) > 1 else times[0],
-            "numerics": ", ".join(n for n in tools().numerics_changes() if not n.startswith("frozen"))
-            or "upstream's float32 recipe"}
+            "numerics": numerics(tools())}
+
+
+def numerics(tools: Any) -> str:
+    """The row's label: what changes the numbers (frozen parts are not trained here), else the float32 recipe;
+    a float32 host AdamW rounds nothing (torch's AdamW bit for bit), so it is named as such, not as a change."""
+    changes = [n for n in tools.numerics_changes() if not n.startswith("frozen")]
+    if changes:
+        return ", ".join(changes)
+    return "upstream's float32 recipe" + (" (host-side AdamW in float32: nothing rounded)"
+                                          if tools.host_optimizer else "")
 
 
 def run(preset: str, model_cfg: dict, data: list[s1_train.S1Batch], device: torch.device) -> dict:
@@ -66,7 +78,7 @@ def run(preset: str, model_cfg: dict, data: list[s1_train.S1Batch], device: torc
     tools = resolve_tools(preset)
     times: list[float] = []
 
-    def steps() -> int:
+    def steps(_host: Callable) -> int:       # no host-side work: ScaledAdam runs on the device
         torch.manual_seed(0)
         model = Text2Semantic(cfg).to(device).train()
         recipe = s1_train.S1Recipe(model, s1_train.make_optimizer(model), tools=tools)
@@ -124,14 +136,14 @@ def run_s2(preset: str, hps: dict, divisor: int, data: list, device: torch.devic
     tools = resolve_tools(preset)
     times: list[float] = []
 
-    def steps() -> float:
+    def steps(host: Callable) -> float:
         nonlocal tools
         torch.manual_seed(0)
         net_g = training_generator(SoVITSConfig.from_hparams(hps, "v2", 732, "bench")).to(device)
         net_d = MultiPeriodDiscriminator("v2", divisor).to(device)
         with TemporaryDirectory() as tmp:
             loop = sovits_loop(net_g, net_d, [b.to(device) for b in data], S2Hparams.from_config(hps), tools, seed=0,
-                               checkpoint=Path(tmp) / "state.pt", options="bench")
+                               checkpoint=Path(tmp) / "state.pt", options="bench", host_context=host)
             tools = loop.tools       # the stage's own (lowest keeps float32)
             for i in range(len(data)):
                 start = time.perf_counter()

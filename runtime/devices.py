@@ -6,6 +6,8 @@ own code allocates is counted too (a TorchDispatchMode sees each op's new storag
 the storage gives the bytes back when it dies). Going past the capacity raises a real
 `torch.OutOfMemoryError` from that accounting. In strict mode a weight that is not on the device is
 a `meta` tensor, so using it outside a phase or outside its unit's forward fails loudly.
+Host-side work inside a tracked block (a host optimizer's float32 master and AdamW moments) runs under
+`DeviceService.host()`: what it allocates is host memory and is not counted against the simulated device.
 """
 from __future__ import annotations
 
@@ -78,11 +80,13 @@ class SimulatedMemory:
 class _AllocationMode(TorchDispatchMode):
     """Counts storages created by ops on the simulated device; in strict mode rejects meta inputs."""
 
-    def __init__(self, memory: SimulatedMemory, strict: bool, names: Mapping[int, str]) -> None:
+    def __init__(self, memory: SimulatedMemory, strict: bool, names: Mapping[int, str],
+                 on_host: Callable[[], bool] = lambda: False) -> None:
         super().__init__()
         self.memory = memory
         self.strict = strict
         self.names = names
+        self.on_host = on_host   # True inside DeviceService.host(): new storages are host memory, not counted
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -96,6 +100,8 @@ class _AllocationMode(TorchDispatchMode):
                         f"its unit's forward or its component is not placed for this phase ({func})"
                     )
         out = func(*args, **kwargs)
+        if self.on_host():
+            return out
         seen = {t.untyped_storage().data_ptr() for t in inputs if t.device.type == "cpu"}
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
@@ -174,6 +180,7 @@ class DeviceService:
         # id(parameter) -> "component.param" for strict-mode error messages
         self.names: dict[int, str] = {}
         self._holds: dict[str, str] = {}  # device -> the exclusive job holding all of it (training)
+        self._host = threading.local()    # depth of host() blocks, per thread (dispatch modes are per thread too)
 
     # ---- exclusive holds (a training job has its device to itself) ----------------------------
     def holder(self, device: torch.device | str) -> str | None:
@@ -347,6 +354,21 @@ class DeviceService:
 
     # ---- phase accounting -----------------------------------------------------------------------
     @contextlib.contextmanager
+    def host(self) -> Iterator[None]:
+        """Host-side work inside a tracked block: what this thread allocates here is host memory (a host
+        optimizer's float32 master weights, gradients, staging buffers and AdamW moments), so a simulated
+        device does not count it (the strict check of device weights stays on). On CUDA/XPU the allocator
+        never sees host tensors: nothing to do there."""
+        self._host.depth = getattr(self._host, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._host.depth -= 1
+
+    def _on_host(self) -> bool:
+        return getattr(self._host, "depth", 0) > 0
+
+    @contextlib.contextmanager
     def tracking(self, device: torch.device | str) -> Iterator[Tracking | None]:
         """Measure the block's allocations on a simulated device (counted op by op) or on CUDA/XPU
         (the allocator's peak statistics); yields None where nothing can be measured (CPU, MPS).
@@ -380,7 +402,7 @@ class DeviceService:
             active.append((result, me))
         try:
             if simulated:
-                with _AllocationMode(mem, self.strict, self.names):
+                with _AllocationMode(mem, self.strict, self.names, self._on_host):
                     yield result
             else:
                 yield result

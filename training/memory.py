@@ -19,11 +19,16 @@ one staging buffer per device dtype (pinned on CUDA), with a single wait per ste
 copies), and AdamW runs on the CPU (torch.optim.AdamW, single-tensor, over views of the master buffer).
 Documented rounding: the device weights are the float32 master rounded (round-to-nearest-even) to the
 device dtype after every step. With float32 device weights nothing is rounded and the weights equal
-torch.optim.AdamW's on the same parameters bit for bit (tests/training/test_memory.py).
+torch.optim.AdamW's on the same parameters bit for bit (tests/training/test_memory.py): the host
+optimizer is then a numerics change only under mixed precision (`Tools.numerics_changes`).
+
+`HostAdamW(..., host_context=devices.host)` runs its host-side work (the buffers, AdamW and its moments)
+inside that context, so a simulated device's tracker counts only what lives on the device.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -47,7 +52,9 @@ class Tools:
             out.append(f"mixed precision ({str(self.mixed_precision).removeprefix('torch.')})")
         if self.frozen_half:
             out.append("frozen parts in half precision")
-        if self.host_optimizer:
+        if self.host_optimizer and self.mixed_precision is not None:
+            # only half device weights are rounded from the master; with float32 ones the host AdamW is
+            # torch's AdamW bit for bit
             out.append("host-side AdamW (device weights rounded from a float32 master)")
         return out
 
@@ -87,10 +94,19 @@ class HostAdamW:
     optimizers take them (dicts with "params" and their own options); their `.grad` after backward is
     read by `step()`, which then writes the rounded new weights into them and clears the grads. A
     parameter with no gradient is skipped that step, as torch.optim.AdamW skips it (no decay, no moments).
+    `host_context` (e.g. `DeviceService.host`) wraps every piece of host-side work: building the buffers,
+    `step`, `state_dict`, `load_state_dict`.
     """
 
     def __init__(self, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 host_context: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+        self.host_context = host_context
+        with host_context():
+            self._build(params, lr, betas, eps, weight_decay)
+
+    def _build(self, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]], lr: float,
+               betas: tuple[float, float], eps: float, weight_decay: float) -> None:
         given = list(params)
         groups = given if given and isinstance(given[0], Mapping) else [{"params": given}]
         groups = [{**g, "params": [p for p in g["params"] if p.requires_grad]} for g in groups]
@@ -139,8 +155,12 @@ class HostAdamW:
         start = self.staging_offsets[i]
         return self.staging[p.dtype][start:start + p.numel()]
 
-    @torch.no_grad()
     def step(self) -> None:
+        with self.host_context():
+            self._step()
+
+    @torch.no_grad()
+    def _step(self) -> None:
         async_copy = self.device.type == "cuda"
         for i, p in enumerate(self.params):
             staged = self._view(p, i)
@@ -168,12 +188,13 @@ class HostAdamW:
             p.grad = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"master": self.master.clone(), "optimizer": self.optimizer.state_dict()}
+        with self.host_context():
+            return {"master": self.master.clone(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        with torch.no_grad():
+        with self.host_context(), torch.no_grad():
             self.master.copy_(state["master"])
             for i, p in enumerate(self.params):
                 off = self.offsets[i]
                 p.copy_(self.master[off:off + p.numel()].view(p.shape))
-        self.optimizer.load_state_dict(state["optimizer"])
+            self.optimizer.load_state_dict(state["optimizer"])   # its moments are host tensors too

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -35,11 +36,14 @@ def prepare(model: nn.Module, tools: Tools, blocks: Sequence[nn.Module] = (),
                     p.data = p.data.to(tools.mixed_precision)
 
 
-def make_optimizer(model: nn.Module, tools: Tools, **adamw: Any) -> torch.optim.Optimizer | HostAdamW:
-    """AdamW over the trainable parameters: on the host with `host_optimizer`, else torch's."""
+def make_optimizer(model: nn.Module, tools: Tools,
+                   host_context: Callable[[], AbstractContextManager[Any]] = nullcontext,
+                   **adamw: Any) -> torch.optim.Optimizer | HostAdamW:
+    """AdamW over the trainable parameters: on the host with `host_optimizer` (its host-side work under
+    `host_context`, e.g. `DeviceService.host`), else torch's."""
     params = [p for p in model.parameters() if p.requires_grad]
     if tools.host_optimizer:
-        return HostAdamW(params, **adamw)
+        return HostAdamW(params, host_context=host_context, **adamw)
     return torch.optim.AdamW(params, **adamw)
 
 

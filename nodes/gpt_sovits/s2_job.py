@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -121,10 +122,12 @@ def check_segments(entries: list[ListEntry], samples: list[S2Sample], frames: in
 
 
 def sovits_loop(net_g: nn.Module, net_d: nn.Module, data: list[S2Batch], hp: S2Hparams, tools: Tools, *, seed: int,
-                checkpoint: Path, options: str) -> TrainLoop:
+                checkpoint: Path, options: str,
+                host_context: Callable[[], AbstractContextManager[Any]] = nullcontext) -> TrainLoop:
     """Both networks (on their device), their optimizers and schedulers in a resumable TrainLoop: one batch a
     step; its checkpoint holds G and D, both optimizers, both schedulers, the step, the data order and the RNG
-    states (TrainLoop's), and `options`, which a resume must match."""
+    states (TrainLoop's), and `options`, which a resume must match. `host_context` wraps the host AdamW's
+    host-side work (lowest; `DeviceService.host` keeps it off a simulated device's count)."""
     settle_scripted_gate()
     if tools.host_optimizer:
         # half device weights do not run through this forward (the channel LayerNorm meets float32 activations:
@@ -138,7 +141,7 @@ def sovits_loop(net_g: nn.Module, net_d: nn.Module, data: list[S2Batch], hp: S2H
     blocks = [net_g.enc_q.enc, *(f.enc for f in net_g.flow.flows if hasattr(f, "enc")), *net_g.dec.resblocks,
               *net_d.discriminators]
     prepare(nets, replace(tools, frozen_half=False), blocks=blocks, frozen=[net_g.ssl_proj, net_g.quantizer])
-    optim_g, optim_d = make_optimizers(net_g, net_d, hp, host=tools.host_optimizer)
+    optim_g, optim_d = make_optimizers(net_g, net_d, hp, host=tools.host_optimizer, host_context=host_context)
     optimizers = _Optimizers(optim_g, optim_d, make_schedulers((optim_g, optim_d), hp))
     recipe = S2Recipe(nets, optimizers, hp, len(data), tools.mixed_precision, options)
     return TrainLoop(nets, optimizers, data, None, tools, seed=seed, checkpoint=checkpoint, step=recipe.batch,

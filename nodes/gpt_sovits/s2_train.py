@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -489,21 +490,25 @@ def kl_loss(z_p: Tensor, logs_q: Tensor, m_p: Tensor, logs_p: Tensor, z_mask: Te
 # ---- optimizers and the step --------------------------------------------------------------------------------
 
 
-def make_optimizers(net_g: SynthesizerTrn, net_d: MultiPeriodDiscriminator, hp: S2Hparams, host: bool = False
+def make_optimizers(net_g: SynthesizerTrn, net_d: MultiPeriodDiscriminator, hp: S2Hparams, host: bool = False,
+                    host_context: Callable[[], AbstractContextManager[Any]] = nullcontext
                     ) -> tuple[torch.optim.AdamW | HostAdamW, torch.optim.AdamW | HostAdamW]:
     """s2_train.run: AdamW for G in four groups (the text embedding, phone encoder and MRTE at the low
     rate), AdamW for D, both with upstream's betas and eps (weight decay: torch's default); with `host`,
-    the same groups in the host-side AdamW (preset lowest)."""
+    the same groups in the host-side AdamW (preset lowest), its host work under `host_context`
+    (`DeviceService.host`: not counted against a simulated device)."""
     low = [net_g.enc_p.text_embedding, net_g.enc_p.encoder_text, net_g.enc_p.mrte]
     low_ids = {id(p) for m in low for p in m.parameters()}
     base = [p for p in net_g.parameters() if id(p) not in low_ids and p.requires_grad]
     lr = hp.learning_rate
     groups = [{"params": base, "lr": lr}] + [{"params": list(m.parameters()), "lr": lr * hp.text_low_lr_rate}
                                               for m in low]
-    adamw = HostAdamW if host else torch.optim.AdamW
-    optim_g = adamw(groups, lr, betas=hp.betas, eps=hp.eps)
-    optim_d = adamw([p for p in net_d.parameters() if p.requires_grad], lr, betas=hp.betas, eps=hp.eps)
-    return optim_g, optim_d
+    d_params = [p for p in net_d.parameters() if p.requires_grad]
+    if host:
+        return (HostAdamW(groups, lr, betas=hp.betas, eps=hp.eps, host_context=host_context),
+                HostAdamW(d_params, lr, betas=hp.betas, eps=hp.eps, host_context=host_context))
+    return (torch.optim.AdamW(groups, lr, betas=hp.betas, eps=hp.eps),
+            torch.optim.AdamW(d_params, lr, betas=hp.betas, eps=hp.eps))
 
 
 def make_schedulers(optimizers: Iterable[torch.optim.Optimizer], hp: S2Hparams

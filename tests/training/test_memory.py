@@ -1,12 +1,10 @@
 """Memory presets, the host-side optimizer and the estimates (CPU)."""
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import pytest
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
 from mizuoto.runtime import DeviceService
 from mizuoto.training import PRESETS, HostAdamW, MethodInfo, resolve_tools
@@ -98,26 +96,12 @@ def measured_peak(preset: str, batch: int, tokens: int) -> int:
     the simulated device: each new storage's bytes, given back when it dies; not RSS)."""
     devices = DeviceService(simulate={"cpu": 1 << 40})
     tools = resolve_tools(preset)
-    host = _disable_current_modes if tools.host_optimizer else contextlib.nullcontext
-
-    class Host:  # the host optimizer's buffers and AdamW live on the host: not counted as device memory
-        def __init__(self, opt: HostAdamW) -> None:
-            self.opt = opt
-
-        def step(self) -> None:
-            with host():
-                self.opt.step()
-
-        def zero_grad(self, set_to_none: bool = True) -> None:
-            self.opt.zero_grad()
-
     with devices.tracking("cpu") as tracker:
         torch.manual_seed(0)
         model = ToyLM(vocab=512, dim=128, heads=4, layers=4)
         prepare(model, tools, blocks=model.blocks, frozen=[model.embed])
-        with host():
-            opt = make_optimizer(model, tools, **ADAMW)
-        opt = Host(opt) if tools.host_optimizer else opt
+        # the host optimizer's buffers and AdamW live on the host: not counted as device memory
+        opt = make_optimizer(model, tools, host_context=devices.host, **ADAMW)
         for ids in batches(2, batch, tokens, vocab=512):
             train_step(model, lm_loss, ids, opt, tools)
         del model, opt
@@ -158,3 +142,51 @@ def test_a_job_that_does_not_fit_is_refused_naming_what_fits():
         check_fits(method, "fast", 64, method.memory_mb("lowest", 4) + 0.01, "cuda:0")
     with pytest.raises(ValueError, match="even batch_size 1"):
         check_fits(method, "fast", 4, 0.1, "cuda:0")
+
+
+def test_host_context_keeps_host_work_off_the_simulated_device():
+    """`DeviceService.host()` inside a tracked block: what it allocates is not counted (and what it frees is
+    still given back); outside it every new storage counts; the strict check of device weights stays on."""
+    devices = DeviceService(simulate={"cpu": 1 << 30}, strict=True)
+    with devices.tracking("cpu") as tracker:
+        device_side = torch.ones(1000)                       # 4000 bytes on the device
+        with devices.host():
+            host_side = torch.ones(250_000)                  # 1 MB on the host
+            with pytest.raises(Exception, match="not on the device"):
+                torch.empty(3, device="meta") + 1
+        counted = devices.memory("cpu").used - tracker.start
+        del device_side
+    assert counted == 4000 and tracker.peak_bytes == 4000 and host_side.numel() == 250_000
+    with devices.tracking("cpu") as tracker:
+        torch.ones(250_000)
+    assert tracker.peak_bytes == 1_000_000
+
+
+def test_host_adamw_host_work_is_not_device_memory():
+    """The host AdamW's master weights, gradients, staging and moments (16 bytes a parameter and more) land on the
+    simulated device's count without its host context and not with it: the device then holds only the model and
+    the step's tensors."""
+    def peak(host: bool) -> tuple[int, int]:
+        devices = DeviceService(simulate={"cpu": 1 << 40})
+        tools = resolve_tools("lowest", {"mixed_precision": None, "frozen_half": False})
+        with devices.tracking("cpu") as tracker:
+            torch.manual_seed(0)
+            model = ToyLM()
+            opt = make_optimizer(model, tools, **({"host_context": devices.host} if host else {}), **ADAMW)
+            for ids in batches(2, 2, 8):
+                train_step(model, lm_loss, ids, opt, tools)
+            n = sum(p.numel() for p in model.parameters())
+            del model, opt
+        return tracker.peak_bytes, n
+    (without, n), (with_host, _) = peak(False), peak(True)
+    assert without - with_host >= 16 * n, (without, with_host, n)
+
+
+def test_host_adamw_is_a_numerics_change_only_under_mixed_precision():
+    """In float32 the host AdamW is torch's AdamW bit for bit (test_lowest_float32_equals_adamw), so the report
+    does not name it; with half device weights (rounded from the master) it does."""
+    fp32 = resolve_tools("lowest", {"mixed_precision": None, "frozen_half": False})
+    assert fp32.host_optimizer and fp32.numerics_changes() == []
+    assert resolve_tools("lowest").numerics_changes() == [
+        "mixed precision (bfloat16)", "frozen parts in half precision",
+        "host-side AdamW (device weights rounded from a float32 master)"]
