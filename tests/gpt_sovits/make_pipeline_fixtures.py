@@ -121,10 +121,10 @@ API_V2 = {"top_k": 15, "top_p": 1, "temperature": 1, "text_split_method": "cut5"
 LANG = {"zh": "all_zh", "en": "en"}                 # our "zh" is upstream's all_zh (the webui's 中文)
 
 
-def lexicon_for(texts: list[str]) -> dict[str, str]:
-    """upstream cmudict.rep's entries (its g2p's dictionary, read at import) for the words of `texts` and the
-    parts of hyphenated ones (a word in neither reaches g2p_en's neural predictor, which ours has not)."""
-    real = up_english._g2p.cmu
+def lexicon_for(texts: list[str], real: dict) -> dict[str, str]:
+    """upstream cmudict.rep's entries (`real`: its g2p's dictionary as read at import, before
+    use_folder_lexicon replaces it) for the words of `texts` and the parts of hyphenated ones (a word in
+    neither reaches g2p_en's neural predictor, which ours has not)."""
     words = set()
     for text in texts:
         for token in up_english.word_tokenize(up_english.text_normalize(text)):
@@ -163,7 +163,7 @@ def tiny_eres2net(**published):
                         m_channels=k["m_channels"], num_blocks=list(k["num_blocks"]))
 
 
-def main(version: str) -> None:
+def main(version: str, real_cmu: dict) -> None:
     torch.set_num_threads(1)
     cases, fixture = VERSIONS[version]
     seen: dict[str, list] = {}
@@ -197,7 +197,7 @@ def main(version: str) -> None:
     TextPreprocessor.pre_seg_text = record_segments
     english_texts = [c["text"] for c in cases.values() if c["language"] == "en"] + \
                     [c["reference_text"] for c in cases.values() if c["language"] == "en"]
-    lexicon = lexicon_for(english_texts)
+    lexicon = lexicon_for(english_texts, real_cmu)
     out: dict[str, dict] = {"lexicon": lexicon}
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)                                   # TTS_Config writes GPT_SoVITS/configs/tts_infer.yaml
@@ -270,5 +270,6 @@ if __name__ == "__main__":
     versions = sys.argv[1:] or list(VERSIONS)
     if not set(versions) <= set(VERSIONS):
         sys.exit(f"versions: {versions}; expected some of {list(VERSIONS)}")
+    real_cmu = up_english._g2p.cmu                  # upstream's own lexicon, for every version's cases
     for v in versions:
-        main(v)
+        main(v, real_cmu)
