@@ -23,6 +23,24 @@ CASES: dict[str, dict] = {
                  "reference_text": "你好，我是一二三。", "reference_seed": 28, "seed": 14, "speed": 1.25},
 }
 
+# v2Pro (the speaker model's embedding joins the style vector): other texts, seeds and references. Chinese
+# sentences with a temperature, a percentage, a phone number and a time; English with a time, an ordinal, a year,
+# pounds and a decimal; the cached voice (its prompt and speaker embedding); a slower speed.
+CASES_V2PRO: dict[str, dict] = {
+    "zh_sentences": {"text": "各位好。今天最高气温是25度，湿度为60%。有问题请拨打12345咨询！下午3点半我们在门口集合，谢谢大家。",
+                     "language": "zh", "reference_text": "你好，我是一二三。", "reference_seed": 36, "seed": 21},
+    "en_numbers": {"text": "At 10:30 on the 2nd day, I paid £7.25 for 2 books. It was 1990!",
+                   "language": "en", "reference_text": "Hello world, good day.", "reference_seed": 37, "seed": 22},
+    "zh_again": {"text": "我们下周再见吧。谢谢你，朋友，一路顺风！", "language": "zh", "reference_text": "你好，我是一二三。",
+                 "reference_seed": 36, "seed": 23, "again": True},
+    "zh_speed": {"text": "大家好，我是一二三。现在是晚上8点，我们一起回家吧！", "language": "zh",
+                 "reference_text": "你好，我是一二三。", "reference_seed": 38, "seed": 24, "speed": 0.8},
+}
+
+# tiny.write_folder's version -> its cases and the fixture file make_pipeline_fixtures.py writes them to
+VERSIONS: dict[str, tuple[dict[str, dict], str]] = {"v2": (CASES, "pipeline_v2.pt"),
+                                                    "v2Pro": (CASES_V2PRO, "pipeline_v2Pro.pt")}
+
 
 def stereo_pcm(seed: int) -> np.ndarray:
     """int16 [2, T]: a seeded random walk (speech-like low-pass content) per channel, integers only (as
