@@ -18,7 +18,8 @@
                    strides and paddings) for real AND fake, and feature matching's differences
       checkpointed WaveNets, residual blocks and sub-discriminators keep only their inputs (the discriminators'
                    feature maps stay: the losses hold them), plus the largest of them recomputed in backward
-    precision    4 bytes an element, 2 under autocast (bf16 halves them)
+    precision    4 bytes an element, 2 under autocast (bf16 halves them) except the losses' side, which upcasts
+                 to float32 (feature matching's differences, the generated audio's STFT and mel)
     total        parameters + activations, plus a tenth (backward's transient gradients, allocator rounding)
 """
 from __future__ import annotations
@@ -99,9 +100,10 @@ def _sub_discriminator(d: nn.Module, samples: int) -> int:
 
 
 def activation_elements(net_g: nn.Module, net_d: nn.Module, hp: S2Hparams, shape: S2Shape,
-                        checkpointing: bool) -> float:
+                        checkpointing: bool) -> tuple[float, float]:
     """Elements the step keeps for backward at its peak (the generator step's backward), per the module
-    docstring; the whole batch."""
+    docstring, for the whole batch: (those in the compute dtype, those always in float32: the losses' side,
+    which upcasts (feature matching's differences, the STFT and mel of the generated audio))."""
     cfg = net_g.cfg
     t, ph, b = shape.frames, shape.phones, shape.batch
     h, inter = cfg.hidden_channels, cfg.inter_channels
@@ -124,13 +126,14 @@ def activation_elements(net_g: nn.Module, net_d: nn.Module, hp: S2Hparams, shape
     full, ckpt, largest = _generator_audio(net_g.dec, seg_frames)
     audio = (ckpt + largest) if checkpointing else full
     bins = cfg.filter_length // 2 + 1
-    audio += 5 * bins * (seg_frames + 1) + 2 * hp.segment_size + 2 * hp.n_mel_channels * (seg_frames + 1)
+    mel = 5 * bins * (seg_frames + 1) + 2 * hp.segment_size + 2 * hp.n_mel_channels * (seg_frames + 1)
     fmaps = [_sub_discriminator(d, hp.segment_size) for d in net_d.discriminators]
     # real and fake: without checkpointing each keeps pre- and post-activations (2), with it the feature maps the
-    # losses hold (1) plus the largest sub-discriminator recomputed; feature matching's |r - g| differences (1)
-    disc = (2 * sum(fmaps) + sum(fmaps) + 2 * max(fmaps)) if checkpointing else 5 * sum(fmaps)
+    # losses hold (1) plus the largest sub-discriminator recomputed; feature matching's |r - g| differences (1,
+    # float32: the losses upcast)
+    disc = (2 * sum(fmaps) + 2 * max(fmaps)) if checkpointing else 4 * sum(fmaps)
     disc += 4 * hp.segment_size * len(fmaps)                                      # inputs (reflect-padded)
-    return b * (t * frame + text + style + audio + disc)
+    return b * (t * frame + text + style + audio + disc), b * (mel + sum(fmaps))
 
 
 def parameter_bytes(net_g: nn.Module, net_d: nn.Module, tools: Tools) -> int:
@@ -152,5 +155,6 @@ def memory_bytes(net_g: nn.Module, net_d: nn.Module, hp: S2Hparams, tools: Tools
     if shape.batch < 1:
         raise ValueError(f"batch_size = {shape.batch}; expected at least 1")
     act = 2 if tools.mixed_precision is not None else 4
-    acts = activation_elements(net_g, net_d, hp, shape, tools.gradient_checkpointing) * act
+    compute, fp32 = activation_elements(net_g, net_d, hp, shape, tools.gradient_checkpointing)
+    acts = compute * act + fp32 * 4
     return int(1.1 * (parameter_bytes(net_g, net_d, tools) + acts))
