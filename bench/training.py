@@ -126,7 +126,7 @@ def s2_batches(n: int, size: int, frames: int, phones: int) -> list:
 
 def run_s2(preset: str, hps: dict, divisor: int, data: list, device: torch.device) -> dict:
     """The SoVITS stage (sovits_loop: D then G a batch) on fresh random weights; the estimate is s2_job's
-    (weights, gradients, AdamW, weight-norm copies: no activation term yet)."""
+    (weights, gradients, AdamW, weight-norm copies and the batch's activations: s2_memory)."""
     from pathlib import Path
     from tempfile import TemporaryDirectory
 
@@ -145,13 +145,14 @@ def run_s2(preset: str, hps: dict, divisor: int, data: list, device: torch.devic
             loop = sovits_loop(net_g, net_d, [b.to(device) for b in data], S2Hparams.from_config(hps), tools, seed=0,
                                checkpoint=Path(tmp) / "state.pt", options="bench", host_context=host)
             tools = loop.tools       # the stage's own (lowest keeps float32)
+            estimate = memory_mb(net_g, net_d, S2Hparams.from_config(hps), tools, data) * MB
             for i in range(len(data)):
                 start = time.perf_counter()
                 loop.run(i + 1)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 times.append(time.perf_counter() - start)
-        return memory_mb(net_g, net_d) * MB
+        return estimate
 
     return measured(preset, device, steps, times, lambda: tools)
 
@@ -162,7 +163,7 @@ def main_s2(args: argparse.Namespace) -> list[dict]:
     data = s2_batches(args.batches, args.batch, args.frames, args.phones)
     print(f"GPT-SoVITS s2 (SoVITS) training on {device}: {'tiny' if args.tiny else 'published'} size, batch "
           f"{args.batch} x {args.frames} frames ({hps['train']['segment_size']}-sample segments), {args.batches} "
-          f"batches, torch {torch.__version__}; estimate without activations")
+          f"batches, torch {torch.__version__}")
     print(f"{'preset':10s} {'estimate MB':>12s} {'peak MB':>10s} {'est/peak':>9s} {'s/step':>8s}  numerics")
     rows = []
     for preset in S2_PRESETS:

@@ -29,18 +29,13 @@ from ..formats.checkpoint import load_pickle, load_pickle_with_records, state_di
 from .export import sovits_checkpoint
 from .loader import GPTSoVITS, pair
 from .s1_data import S1Preparer, clip_name
+from .s2_memory import S2Shape, memory_bytes
 from .s2_data import S2Preparer, S2Sample, collate
 from .s2_train import (MultiPeriodDiscriminator, S2Batch, S2Hparams, make_optimizers, make_schedulers,
                        settle_scripted_gate, train_step,
                        training_generator)
 
 MIN_DATASET = 100
-# float32 weight + gradient + AdamW's two moments (16), the weight-normed convolutions' recomputed weight
-# and its gradient in backward (8: nearly every discriminator and WaveNet parameter is weight-normed).
-# Measured on the CPU (tiny v2, batch 2 x 8-frame segments, fp32): peak 1627 MB, this 1636 MB; activations
-# (batch x segment dependent) are not counted yet.
-BYTES_PER_PARAMETER = 24
-
 
 @dataclass
 class S2StageResult:
@@ -106,11 +101,12 @@ def base_generator_state(base: Path) -> tuple[dict[str, torch.Tensor], dict[str,
     return state_dict(obj, path, key="weight"), obj["config"]
 
 
-def memory_mb(net_g: nn.Module, net_d: nn.Module) -> float:
-    """Weights, gradients, AdamW moments and weight-norm copies of both networks in float32 (activations not
-    counted)."""
-    n = sum(p.numel() for p in net_g.parameters()) + sum(p.numel() for p in net_d.parameters())
-    return n * BYTES_PER_PARAMETER / (1 << 20)
+def memory_mb(net_g: nn.Module, net_d: nn.Module, hp: S2Hparams, tools: Tools, data: list[S2Batch]) -> float:
+    """The step's estimated peak (s2_memory: parameters, optimizer state, weight-norm copies and the activations of
+    the largest batch: its clips, its longest spectrogram and phone sequence), with the tools the stage runs."""
+    shape = S2Shape(max(b.spec.shape[0] for b in data), max(b.spec.shape[-1] for b in data),
+                    max(b.text.shape[-1] for b in data))
+    return memory_bytes(net_g, net_d, hp, tools, shape) / (1 << 20)
 
 
 def check_segments(entries: list[ListEntry], samples: list[S2Sample], frames: int) -> None:
@@ -182,6 +178,7 @@ def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, sav
         notes.append("no pretrained discriminator (s2D*.pth): trained from a seeded initialisation")
     loop = sovits_loop(net_g.to(device), net_d.to(device), data, hp, tools, seed=seed, checkpoint=checkpoint,
                        options=options)
+    estimate = memory_mb(net_g, net_d, hp, loop.tools, data)      # before the run: frozen parts are set by now
     if tools.host_optimizer:
         notes.append("SoVITS stage at lowest: float32 weights and compute (host-side AdamW rounds nothing)")
     if checkpoint.is_file():
@@ -201,4 +198,4 @@ def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, sav
     net_g = net_g.to("cpu")
     info = f"{save_name}_e{epochs}_s{loop.step}"
     ckpt = sovits_checkpoint(net_g.state_dict(), out_config, info)
-    return S2StageResult((f"{info}.pth", ckpt), list(loop.losses), loop.step, per_step, memory_mb(net_g, net_d), notes)
+    return S2StageResult((f"{info}.pth", ckpt), list(loop.losses), loop.step, per_step, estimate, notes)
