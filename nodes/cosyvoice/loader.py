@@ -26,7 +26,7 @@ from ..formats.checkpoint import ModelFolderError, load_pickle, read_json, state
 from ..formats.onnx_graph import OnnxModule, OnnxRuntimeError
 from ..formats.onnx_reader import OnnxFormatError, read_model
 from .config import feat_params, flow_config, hift_config, lm_fields, read_hyperpyyaml, version_of
-from ..blocks.s3gen_flow import Flow, FlowConfig
+from ..blocks.s3gen_flow import NOISE_FRAMES, Flow, FlowConfig
 from ..blocks.hift import HiFT, HiFTConfig
 from .lm import CosyVoiceLM, LMConfig, Qwen2Config
 
@@ -163,6 +163,30 @@ class CosyVoiceBundle:
     campplus: CampPlus | None = None
     feat_params: dict[str, Any] = field(default_factory=dict)
     speakers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # v3: the RNG state HiFT's noise buffers are drawn from in upstream (causal_hift_noise_state); None for v2
+    hift_noise_state: torch.Tensor | None = None
+
+
+def causal_hift_noise_state(flow: Flow, hift: HiFT) -> torch.Tensor:
+    """The torch RNG state from which upstream's CosyVoice 3 draws its HiFT noise buffers.
+
+    Upstream's CausalHiFTGenerator takes its initial phases and sine noise from buffers drawn with the
+    global RNG while the model is built (SineGen2: `rand_ini = torch.rand(1, 9)`, then `sine_waves =
+    torch.rand(1, 300 * 24000, 9)`), not per request. The state then is fixed: CausalConditionalCFM seeds 0
+    and draws its noise buffer, then the default initialisation of every module built before SineGen2 draws
+    from it: the flow's input_embedding (normal_) and spk_embed_affine_layer, and the f0 predictor's five
+    convolutions and classifier (uniform_ weight and bias). Those draws depend only on the element counts,
+    so they are replayed here from the loaded shapes (uniform draws are sequential: a shorter
+    `rand(1, L, 9)` from this state is the prefix upstream's forward slices, so nothing of 7.2 M rows is kept)."""
+    g = torch.Generator().manual_seed(0)
+    torch.randn((1, 80, NOISE_FRAMES), generator=g)                     # CausalConditionalCFM.rand_noise
+    torch.empty(flow.input_embedding.weight.numel()).normal_(generator=g)
+    f0 = hift.f0_predictor
+    layers = [flow.spk_embed_affine_layer, *(m for m in f0.condnet if hasattr(m, "weight")), f0.classifier]
+    for layer in layers:                                                # kaiming_uniform_ weight, uniform_ bias
+        torch.empty(layer.weight.numel()).uniform_(generator=g)
+        torch.empty(layer.bias.numel()).uniform_(generator=g)
+    return g.get_state()
 
 
 def read_configs(folder: Path) -> tuple[int, LMConfig, FlowConfig, HiFTConfig, dict[str, Any]]:
@@ -224,4 +248,5 @@ def load_cosyvoice(folder: str | Path, dtype: torch.dtype = torch.float32) -> Co
     tokenizer = SpeechTokenizer(read_onnx(folder / f"speech_tokenizer_v{version}.onnx"))
     campplus = CampPlus(read_onnx(folder / "campplus.onnx"))
     return CosyVoiceBundle(folder, version, lm_config, fc, hc, llm, flow, hift, tokenizer, campplus, feats,
-                           read_speakers(folder / "spk2info.pt"))
+                           read_speakers(folder / "spk2info.pt"),
+                           causal_hift_noise_state(flow, hift) if hc.causal else None)

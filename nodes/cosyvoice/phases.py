@@ -52,8 +52,9 @@ class CosyVoiceEngine(Engine):
                                 transcript="optional", instruction=True, speed=(0.5, 2.0),
                                 reference_seconds=(0.5, 30.0), resampler="torchaudio_sinc")
     PHASED = True
-    # Upstream's webui seeds once (set_all_random_seed) and every segment's RAS sampling and HiFT noise
-    # continue that stream; the flow's noise is a buffer drawn once with seed 0 when the model is built.
+    # Upstream's webui seeds once (set_all_random_seed) and every segment's RAS sampling and (v2) HiFT noise
+    # continue that stream; the flow's noise is a buffer drawn once with seed 0 when the model is built, and
+    # so is v3's HiFT noise (CosyVoiceBundle.hift_noise_state).
     ONE_STREAM = True
     FLOW_NOISE_SEED = 0
 
@@ -214,11 +215,16 @@ class CosyVoiceEngine(Engine):
     def vocode(self, ctx: RequestContext, mel: Tensor) -> Tensor:
         hift = self.bundle.hift
 
+        # v2 draws its noise from the request's stream (upstream: the global RNG at the call); v3 from buffers
+        # upstream draws once when the model is built, the same for every request (loader.causal_hift_noise_state)
+        state = self.bundle.hift_noise_state
+
         def run() -> Tensor:
             dev = self.hift_handle.device
             dtype = hift.conv_pre.weight.dtype
+            generator = ctx.generator if state is None else torch.Generator().set_state(state)   # per attempt
             with torch.inference_mode():
-                return hift(mel.to(dev, dtype), ctx.generator).float().cpu()[0]
+                return hift(mel.to(dev, dtype), generator).float().cpu()[0]
 
         return ctx.run("vocoder", [self.hift_handle], run, memory=self.vocoder_memory(mel.shape[2]))
 

@@ -1,6 +1,8 @@
-"""Upstream CosyVoice 2's user-facing call on the tiny folder, recorded for tests/cosyvoice/test_pipeline.py.
+"""Upstream CosyVoice 2's / 3's user-facing call on the tiny folder, recorded for tests/cosyvoice/test_pipeline.py.
 
-    "$REF_VENV"/bin/python tests/cosyvoice/make_pipeline_fixtures.py "$COSYVOICE_REPO" "$WETEXT_FSTS"
+    "$REF_VENV"/bin/python tests/cosyvoice/make_pipeline_fixtures.py "$COSYVOICE_REPO" "$WETEXT_FSTS" [--version 3] [--out FILE]
+
+(`--out` writes elsewhere than fixtures/pipeline_v{2,3}.pt, e.g. to compare a re-recording with the committed file.)
 
 `CosyVoice2(folder).inference_zero_shot(text, prompt_text, prompt_wav)` (cosyvoice/cli/cosyvoice.py, fp32
 on the CPU, stream=False, speed 1, text_frontend on: wetext 0.0.4 + inflect 7.3.1 as in
@@ -13,6 +15,13 @@ weights; llm.pt fills it), torchaudio.load reads the WAV with soundfile (torchau
 here). Writes fixtures/pipeline_v2.pt: per case the segments and prompt text upstream's LM read, the
 speech tokens of each segment and the concatenated waveform (none for zh_paragraph, float16 for en_numbers: 5e-4 of the
 audio's scale at most, far under the test's bound).
+
+Version 3: `CosyVoice3(folder).inference_zero_shot(text, "You are a helpful assistant.<|endofprompt|>" +
+transcript, wav)`, the prompt-text convention of upstream's example.py (cosyvoice3_example), on
+tiny.write_folder(..., 3, real_ids=True): its tokenizer pads the tiny BPE to Qwen2's 151643 ids so the
+specials get their real ids and upstream's CosyVoice3LM finds `<|endofprompt|>` at its hard-coded 151646.
+The v3 LM has no end-of-speech bias: 200 of its 6761 outputs stop it (only the first is masked before the
+minimum length), so the random LM ends soon by itself. Writes fixtures/pipeline_v3.pt, audio in float16.
 """
 from __future__ import annotations
 
@@ -36,12 +45,18 @@ CASES = [
                      "明天是3月16日，预计有小雨，气温降到12℃。", "我在2023年说过。", 12),
     ("en_numbers", "On May 5th, 2024 I paid $19.99 for 3 books. That's 50% off!", "I said it in 2023.", 13),
 ]
+V3_SYSTEM = "You are a helpful assistant.<|endofprompt|>"   # upstream's example.py, cosyvoice3_example
+# (name, text, transcript (upstream is given V3_SYSTEM + transcript), seed): Chinese with a date, English with numbers.
+CASES_V3 = [
+    ("zh_date", "3月5日。晴！", "我在2023年说过。", 21),
+    ("en_numbers", "On May 5th, 2024 I paid $19.99 for 3 books. That's 50% off!", "I said it in 2023.", 23),
+]
 SLOW = ("zh_paragraph", "en_numbers")
 TOKENS_ONLY = ("zh_paragraph",)   # 21 s of audio: its segments and tokens are compared, the audio of the others
 END_BIAS = 8.0      # tiny.write_folder: sentences end soon after upstream's minimum length
 
 
-def main(repo: Path, fsts: Path) -> None:
+def main(repo: Path, fsts: Path, version: int = 2, out_path: Path | None = None) -> None:
     import make_fixtures
     import make_segment_fixtures
     make_segment_fixtures.wetext_stand_in(fsts)        # before make_fixtures' empty modelscope stand-in
@@ -51,7 +66,7 @@ def main(repo: Path, fsts: Path) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     import cosyvoice.llm.llm as llm_mod
-    from cosyvoice.cli.cosyvoice import CosyVoice2
+    from cosyvoice.cli.cosyvoice import CosyVoice2, CosyVoice3
     from cosyvoice.utils.common import set_all_random_seed
 
     def qwen_init(self, pretrain_path):
@@ -67,10 +82,16 @@ def main(repo: Path, fsts: Path) -> None:
     torch.set_num_threads(1)
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        folder = tiny.write_folder(Path(tmp) / "tiny-v2", 2, end_bias=END_BIAS)
+        if version == 2:
+            folder = tiny.write_folder(Path(tmp) / "tiny-v2", 2, end_bias=END_BIAS)
+        else:
+            folder = tiny.write_folder(Path(tmp) / "tiny-v3", 3, real_ids=True)
         wav_path = Path(tmp) / "reference.wav"
         soundfile.write(wav_path, tiny.stereo_reference().T.numpy(), 44100, subtype="FLOAT")
-        model = CosyVoice2(str(folder))
+        model = (CosyVoice2 if version == 2 else CosyVoice3)(str(folder))
+        if version == 3:
+            eop = model.frontend.tokenizer.tokenizer.convert_tokens_to_ids("<|endofprompt|>")
+            assert eop == 151646, f"<|endofprompt|> has id {eop}, upstream's LM looks for 151646"
         model.model.llm.eval(), model.model.flow.eval(), model.model.hift.eval()
         seen: dict[str, list] = {}
         frontend_zero_shot, token2wav = model.frontend.frontend_zero_shot, model.model.token2wav
@@ -85,26 +106,33 @@ def main(repo: Path, fsts: Path) -> None:
             return token2wav(token, *a, **k)
 
         model.frontend.frontend_zero_shot, model.model.token2wav = record_frontend, record_tokens
-        for name, text, transcript, seed in CASES:
+        for name, text, transcript, seed in (CASES if version == 2 else CASES_V3):
             seen.update(segments=[], tokens=[])
+            prompt_arg = transcript if version == 2 else V3_SYSTEM + transcript
             set_all_random_seed(seed)                   # as webui.py does before each generation
-            waves = [out_["tts_speech"][0] for out_ in model.inference_zero_shot(text, transcript, str(wav_path),
+            waves = [out_["tts_speech"][0] for out_ in model.inference_zero_shot(text, prompt_arg, str(wav_path),
                                                                                 stream=False)]
             out[name] = {"text": text, "reference_text": transcript, "seed": seed, "segments": list(seen["segments"]),
                          "prompt_text": seen["prompt_text"], "tokens": list(seen["tokens"]), "speech": torch.cat(waves)}
+            if version == 3:
+                out[name]["upstream_prompt_text"] = prompt_arg     # what upstream's call was given
             print(name, seen["segments"], seen["prompt_text"], [len(t) for t in seen["tokens"]], out[name]["speech"].shape)
-            if name in SLOW:
+            if name in SLOW or version == 3:
                 out[name]["speech"] = out[name]["speech"].half()
             if name in TOKENS_ONLY:
                 del out[name]["speech"]
-    torch.save(out, tiny.FIXTURES / "pipeline_v2.pt")
+    torch.save(out, out_path or tiny.FIXTURES / f"pipeline_v{version}.pt")
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:] + [None, None]
-    source = args[0] or os.environ.get("COSYVOICE_REPO")
-    fsts = args[1] or os.environ.get("WETEXT_FSTS")
-    if not source or not fsts:
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("repo", nargs="?", default=os.environ.get("COSYVOICE_REPO"))
+    parser.add_argument("fsts", nargs="?", default=os.environ.get("WETEXT_FSTS"))
+    parser.add_argument("--version", type=int, choices=(2, 3), default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if not args.repo or not args.fsts:
         sys.exit("make_pipeline_fixtures.py needs CosyVoice's source and wetext 0.1.8's fsts folder: pass them or "
                  "set $COSYVOICE_REPO and $WETEXT_FSTS")
-    main(Path(source), Path(fsts))
+    main(Path(args.repo), Path(args.fsts), args.version, args.out)

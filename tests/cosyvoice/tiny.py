@@ -216,14 +216,23 @@ def seeded_state(shapes: dict[str, list[int]], seed: int = SEED) -> dict[str, to
     return state
 
 
-def write_tokenizer(folder: Path) -> None:
-    """A byte-level BPE with the 256 byte symbols and a few merges, Qwen2's three specials after them."""
+QWEN2_SPECIALS_AT = 151643    # the real Qwen2 vocabulary's size: <|endoftext|>, <|im_start|>, <|im_end|> follow it
+
+
+def write_tokenizer(folder: Path, real_ids: bool = False) -> None:
+    """A byte-level BPE with the 256 byte symbols and a few merges, Qwen2's three specials after them.
+    `real_ids`: the vocabulary is padded to Qwen2's 151643 ids with entries no merge produces, so the three
+    specials and the tokens upstream's tokenizers add after them (`<|endofprompt|>`: 151646) get their real
+    ids; the ids of real text stay those of the small vocabulary."""
     from tokenizers.pre_tokenizers import ByteLevel
     alphabet = sorted(ByteLevel.alphabet())
     vocab = {s: i for i, s in enumerate(alphabet)}
     merges = [("h", "e"), ("l", "l"), ("he", "ll"), ("Ġ", "w"), ("o", "r"), ("Ġw", "or")]
     for a, b in merges:
         vocab[a + b] = len(vocab)
+    if real_ids:
+        # unreachable: BPE yields only the byte symbols and what the merges build, and "<pad" has no merge
+        vocab.update((f"<pad{i}>", i) for i in range(len(vocab), QWEN2_SPECIALS_AT))
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
     n = len(vocab)
@@ -238,17 +247,19 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def write_folder(folder: Path, version: int, keys: dict[str, dict[str, list[int]]] | None = None,
-                 seed: int = SEED, end_bias: float = 0.0) -> Path:
+                 seed: int = SEED, end_bias: float = 0.0, real_ids: bool = False) -> Path:
     """A complete tiny model folder: YAML, CosyVoice-BlankEN, llm/flow/hift.pt from `keys` (default: the
     committed upstream key list), and the two ONNX files if the fixtures hold them. `end_bias` (v2) raises
     the LM's end-of-speech logit: the random LM otherwise almost never ends, so every run lasts upstream's
-    20 speech tokens per text token; with it a sentence ends soon after the 2 per text token minimum."""
+    20 speech tokens per text token; with it a sentence ends soon after the 2 per text token minimum.
+    `real_ids`: the special tokens at their real vocabulary ids (write_tokenizer), which upstream's
+    CosyVoice3 needs (its LM looks for `<|endofprompt|>` at 151646; the 151936 embedding rows cover it)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"cosyvoice{version}.yaml").write_text(YAMLS[version], encoding="utf-8")
     qwen = folder / "CosyVoice-BlankEN"
     qwen.mkdir(exist_ok=True)
     (qwen / "config.json").write_text(json.dumps(QWEN_CONFIG), encoding="utf-8")
-    write_tokenizer(qwen)
+    write_tokenizer(qwen, real_ids)
     if keys is None:
         keys = json.loads((FIXTURES / f"keys_v{version}.json").read_text())
     if end_bias and version != 2:
