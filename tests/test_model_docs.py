@@ -71,3 +71,9 @@ def test_every_engine_has_its_test_readme():
     """The README says each engine's tests/<engine>/README.md has its parity table or recipe."""
     missing = [s.engine_id for s in discover() if not (ROOT / "tests" / s.engine_id / "README.md").is_file()]
     assert not missing
+
+
+def test_the_pkuseg_model_named_in_the_docs_is_the_one_chatterbox_reads():
+    from mizuoto.nodes.chatterbox import text
+    from mizuoto.nodes.pack import model_docs
+    assert (model_docs.PKUSEG_URL, model_docs.PKUSEG_SHA256) == (text.PKUSEG_URL, text.PKUSEG_SHA256)

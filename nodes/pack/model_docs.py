@@ -14,9 +14,13 @@ import sys
 from pathlib import Path
 from types import MappingProxyType
 
-from ..chatterbox.text import PKUSEG_SHA256, PKUSEG_URL
 from ..formats.download import layout
 from .registry import Download, EngineSpec, discover
+
+# spacy-pkuseg's model for Chatterbox Multilingual's Chinese (the pack layer never imports an engine:
+# tests/test_model_docs.py checks these equal nodes/chatterbox/text.py's)
+PKUSEG_URL = "https://github.com/explosion/spacy-pkuseg/releases/download/v0.0.26/spacy_ontonotes.zip"
+PKUSEG_SHA256 = "b216e7f92de7ae285aeab8feba2faa8ea8216e5995ff6fb3d391cc8356db1bfe"
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "models.md"
 GPT_SOVITS_COMMIT = "48b1a0169a28582a8984402f82cf438d3bfa6aca"   # the upstream commit tests/gpt_sovits/ checks
