@@ -23,7 +23,6 @@ import psutil
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_leaves
 
 log = logging.getLogger("mizuoto.runtime")
 
@@ -77,6 +76,22 @@ class SimulatedMemory:
         self.used -= self._live.pop(ptr, 0)
 
 
+def _tensors(tree, out: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors in an aten op's arguments or result (nested tuples, lists and dicts), in order.
+
+    Aten schemas hold nothing else that can contain a tensor; pytree's generic flatten, called for every
+    op, was most of the strict simulated device's cost."""
+    if isinstance(tree, torch.Tensor):
+        out.append(tree)
+        return out
+    for item in tree.values() if isinstance(tree, dict) else tree if isinstance(tree, (tuple, list)) else ():
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, (tuple, list, dict)):
+            _tensors(item, out)
+    return out
+
+
 class _AllocationMode(TorchDispatchMode):
     """Counts storages created by ops on the simulated device; in strict mode rejects meta inputs."""
 
@@ -90,7 +105,7 @@ class _AllocationMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        inputs = _tensors(kwargs, _tensors(args, []))
         if self.strict:
             for t in inputs:
                 if t.device.type == "meta":
@@ -103,8 +118,8 @@ class _AllocationMode(TorchDispatchMode):
         if self.on_host():
             return out
         seen = {t.untyped_storage().data_ptr() for t in inputs if t.device.type == "cpu"}
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+        for t in _tensors(out, []):
+            if t.device.type == "cpu":
                 storage = t.untyped_storage()
                 if storage.data_ptr() not in seen:
                     self.memory.allocate(storage)
