@@ -15,6 +15,7 @@ a half-written voice and a failure leaves nothing behind; an existing voice of t
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .loader import BERT_DIR, G2PW_DIR, HUBERT_DIR, TEXT_DIR, pair
+from .loader import BERT_DIR, G2PW_DIR, HEADERS, HUBERT_DIR, TEXT_DIR, pair
 from .t2s import Text2Semantic
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\- ]{0,63}$")
@@ -58,17 +59,23 @@ def _link_file(src: str | Path, dst: str | Path) -> None:
         shutil.copy2(src, dst)
 
 
-def sovits_checkpoint(weights: dict[str, Any], config: dict[str, Any], info: str) -> dict[str, Any]:
-    """process_ckpt.savee's dict: fp16 weights without `enc_q` (training only), the config, an info string.
-    The config is a plain dict (upstream pickles its utils.HParams; its loaders and ours read either)."""
+def sovits_checkpoint(weights: dict[str, Any], config: dict[str, Any], info: str, version: str) -> bytes:
+    """The SoVITS file process_ckpt.savee writes: fp16 weights without `enc_q` (training only), the config,
+    an info string; v2Pro / v2ProPlus with my_save2's two-byte version header ("05" / "06") in place of the
+    zip's first two bytes, which is how upstream's loaders (and ours) tell them from v2. The config is a
+    plain dict (upstream pickles its utils.HParams; its loaders and ours read either)."""
     weight = OrderedDict((k, v.detach().to("cpu").half()) for k, v in weights.items() if "enc_q" not in k)
-    return {"weight": weight, "config": config, "info": info}
+    buffer = io.BytesIO()
+    torch.save({"weight": weight, "config": config, "info": info}, buffer)
+    data = buffer.getvalue()
+    header = {v: k for k, v in HEADERS.items()}.get(version)
+    return data if header is None else header + data[2:]
 
 
 def export_voice(base_folder: Path, name: str, model: Text2Semantic, config: dict[str, Any], epochs: int,
-                 parent: Path | None = None, sovits: tuple[str, dict[str, Any]] | None = None) -> Path:
+                 parent: Path | None = None, sovits: tuple[str, bytes] | None = None) -> Path:
     """The new voice folder `parent/name` (default: beside the base voice), written atomically; `sovits`
-    (file name, sovits_checkpoint) replaces the base voice's SoVITS file (v2: a plain torch.save)."""
+    (file name, sovits_checkpoint's bytes) replaces the base voice's SoVITS file."""
     check_name(name)
     base_folder = Path(base_folder)
     _, sovits_path = pair(base_folder)
@@ -82,7 +89,7 @@ def export_voice(base_folder: Path, name: str, model: Text2Semantic, config: dic
         if sovits is None:
             _link_file(sovits_path, tmp / sovits_path.name)
         else:
-            torch.save(sovits[1], tmp / sovits[0])
+            (tmp / sovits[0]).write_bytes(sovits[1])
         for piece in INSIDE:
             if (base_folder / piece).exists():
                 _link_or_copy(base_folder / piece, tmp / piece)

@@ -11,7 +11,9 @@ Upstream (48b1a01) and what stands for each step here:
   by one (replicate) where they are one short of the spectrogram's, a dataset under 100 clips repeated
   max(2, 100 // n) times; TextAudioSpeakerCollate's batch (`collate`).
 
-v2Pro's speaker vectors (2-get-sv.py) are not prepared yet: a v2Pro base voice trains its GPT only.
+- 2-get-sv.py (v2Pro / v2ProPlus): the speaker vector of that 32 kHz training audio, as its SV class computes
+  it: transforms.Resample(32000, 16000) (kernel in float64), Kaldi fbank (80 bins, no dither), the
+  ERes2NetV2's pooled embedding (forward3); TextAudioSpeakerCollate stacks them in the batch's order.
 """
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ from torch import Tensor
 
 from ...training.datasets import ListEntry
 from .s1_data import MAXX, ALPHA, MAX_SEC, SAMPLE_RATE, S1Preparer, clip_name, prepare_all, read_clip
+from ..pack.audio import resample
 from .s2_train import S2Batch
 from .sovits import linear_spectrogram
+from .speaker import fbank
 
 MIN_SECONDS = 0.6
 INT16 = 32768.0
@@ -37,6 +41,7 @@ class S2Sample:
     spec: Tensor      # [n_fft // 2 + 1, T]
     wav: Tensor       # [samples] the int16-rounded training audio
     phones: Tensor    # [n] int64
+    sv: Tensor | None = None   # [sv_dim] v2Pro's speaker vector (7-sv_cn)
 
 
 def training_audio(wav32: Tensor) -> Tensor:
@@ -52,10 +57,19 @@ class S2Preparer:
     def __init__(self, text: S1Preparer) -> None:
         self.text = text
         cfg = text.bundle.sovits.cfg
-        if cfg.is_v2pro:
-            raise ValueError(f"SoVITS training of a {cfg.version} voice needs speaker vectors (2-get-sv.py), not "
-                             "prepared here yet; train its GPT only (sovits_epochs 0)")
+        if cfg.is_v2pro and text.bundle.speaker is None:
+            raise ValueError(f"SoVITS training of a {cfg.version} voice needs its speaker-verification model "
+                             "(sv/pretrained_eres2netv2w24s4ep4.ckpt) for the speaker vectors")
         self.cfg = cfg
+
+    def speaker_vector(self, audio: Tensor) -> Tensor:
+        """2-get-sv.py's embedding of the 32 kHz training audio [sv_dim]."""
+        speaker = self.text.bundle.speaker
+        sv16 = resample(audio, SAMPLE_RATE, 16000, "torchaudio_sinc")
+        with torch.inference_mode():
+            weight = next(speaker.parameters())
+            emb = speaker(fbank(sv16)[None].to(weight.device, weight.dtype))
+        return emb[0].float().cpu()
 
     def sample(self, entry: ListEntry) -> tuple[S2Sample, float]:
         what = clip_name(entry)
@@ -71,7 +85,8 @@ class S2Preparer:
         spec = linear_spectrogram(audio[None], cfg.filter_length, cfg.hop_length, cfg.win_length)[0]
         if ssl.shape[-1] != spec.shape[-1]:
             ssl = F.pad(ssl[None], (0, 1), mode="replicate")[0]
-        return S2Sample(ssl, spec, audio, torch.tensor(ids, dtype=torch.int64)), seconds
+        sv = self.speaker_vector(audio) if cfg.is_v2pro else None
+        return S2Sample(ssl, spec, audio, torch.tensor(ids, dtype=torch.int64), sv), seconds
 
     def prepare(self, entries: Sequence[ListEntry],
                 progress: Callable[[int, int], None] | None = None) -> list[S2Sample]:
@@ -94,12 +109,17 @@ def collate(samples: Sequence[S2Sample]) -> S2Batch:
     wav = torch.zeros(b, 1, max_wav)
     text = torch.zeros(b, max_text, dtype=torch.int64)
     lengths = {k: torch.zeros(b, dtype=torch.int64) for k in ("ssl", "spec", "wav", "text")}
+    if any((s.sv is None) != (samples[0].sv is None) for s in samples):
+        raise ValueError("collate: some samples have speaker vectors and some do not")
+    sv = None if samples[0].sv is None else torch.zeros(b, samples[0].sv.numel())
     for i, j in enumerate(order.tolist()):
         s = samples[j]
         ssl[i, :, :s.ssl.size(1)] = s.ssl
         spec[i, :, :s.spec.size(1)] = s.spec
         wav[i, 0, :s.wav.numel()] = s.wav
         text[i, :s.phones.numel()] = s.phones
+        if sv is not None:
+            sv[i] = s.sv
         lengths["ssl"][i], lengths["spec"][i] = s.ssl.size(1), s.spec.size(1)
         lengths["wav"][i], lengths["text"][i] = s.wav.numel(), s.phones.numel()
-    return S2Batch(ssl, lengths["ssl"], spec, lengths["spec"], wav, lengths["wav"], text, lengths["text"])
+    return S2Batch(ssl, lengths["ssl"], spec, lengths["spec"], wav, lengths["wav"], text, lengths["text"], sv)

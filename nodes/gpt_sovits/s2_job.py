@@ -39,7 +39,7 @@ MIN_DATASET = 100
 
 @dataclass
 class S2StageResult:
-    checkpoint: tuple[str, dict[str, Any]]     # (file name, sovits_checkpoint) for export_voice
+    checkpoint: tuple[str, bytes]     # (file name, sovits_checkpoint's bytes) for export_voice
     losses: list[float]
     steps: int
     seconds_per_step: float
@@ -197,5 +197,5 @@ def train_sovits(base: Path, bundle: GPTSoVITS, entries: list[ListEntry], *, sav
     out_config["name"] = save_name
     net_g = net_g.to("cpu")
     info = f"{save_name}_e{epochs}_s{loop.step}"
-    ckpt = sovits_checkpoint(net_g.state_dict(), out_config, info)
+    ckpt = sovits_checkpoint(net_g.state_dict(), out_config, info, cfg.version)
     return S2StageResult((f"{info}.pth", ckpt), list(loop.losses), loop.step, per_step, estimate, notes)

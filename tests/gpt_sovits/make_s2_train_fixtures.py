@@ -1,6 +1,6 @@
 """Record the SoVITS (s2) training golden fixture from upstream GPT-SoVITS, and check ours against it live.
 
-    GPT_SOVITS_REPO=<upstream checkout at 48b1a01> "$REF_VENV"/bin/python tests/gpt_sovits/make_s2_train_fixtures.py
+    GPT_SOVITS_REPO=<upstream checkout at 48b1a01> "$REF_VENV"/bin/python tests/gpt_sovits/make_s2_train_fixtures.py [v2|v2Pro]
 
 The reference venv needs torch==2.13.0, transformers (make_fixtures_env), librosa (module/mel_processing.py's
 mel basis) and einops (module/core_vq.py), and this worktree installed with --no-deps. No DDP, no DataLoader:
@@ -10,12 +10,12 @@ SynthesizerTrn, MultiPeriodDiscriminator, losses, mel functions, commons.slice_s
 scheduler construction from s2_train.run.
 
 From the same weights (s2_tiny), batches and seed, upstream and ours run two batches (two D and two G
-updates; dropout on). Asserted here: float32 losses, weights and gradients torch.equal (this machine),
+updates; dropout on; v2Pro with speaker vectors, `net_g(..., sv_emb)` as s2_train.py calls it). Asserted here: float32 losses, weights and gradients torch.equal (this machine),
 float64 within 1e-11 of upstream's scale. For the float64 run upstream's `.float()` calls (losses.py,
 MelStyleEncoder.temporal_avg_pool) are made to keep float64 (`Tensor.float` patched to "at least
 float32"), as ours does; the float32 run is upstream unchanged. Written: fixtures/s2_train.pt with
 upstream's float64 losses and, per tensor, s2_tiny.summary of the weights and gradients after the two
-batches; and its float32 losses (tests/gpt_sovits/test_s2_train.py).
+batches; and its float32 losses (tests/gpt_sovits/test_s2_train.py); v2Pro: fixtures/s2_train_v2Pro.pt.
 """
 from __future__ import annotations
 
@@ -58,14 +58,14 @@ def float_keeps_float64():
         torch.Tensor.float = _FLOAT
 
 
-def upstream(dtype: torch.dtype, keep_float64: bool = False):
-    hps = up_utils.HParams(**s2_tiny.config())
+def upstream(dtype: torch.dtype, keep_float64: bool = False, version: str = s2_tiny.VERSION):
+    hps = up_utils.HParams(**s2_tiny.config(version))
     torch.manual_seed(hps.train.seed)
     net_g = UpSynth(hps.data.filter_length // 2 + 1, hps.train.segment_size // hps.data.hop_length,
                     n_speakers=hps.data.n_speakers, **hps.model)
     net_d = UpMPD(hps.model.use_spectral_norm, version=hps.model.version)
-    assert not net_g.load_state_dict(s2_tiny.generator_weights(), strict=True).missing_keys
-    assert not net_d.load_state_dict(s2_tiny.discriminator_weights(), strict=True).missing_keys
+    assert not net_g.load_state_dict(s2_tiny.generator_weights(version), strict=True).missing_keys
+    assert not net_d.load_state_dict(s2_tiny.discriminator_weights(version), strict=True).missing_keys
     net_g, net_d = net_g.to(dtype), net_d.to(dtype)
     te_p = list(map(id, net_g.enc_p.text_embedding.parameters()))
     et_p = list(map(id, net_g.enc_p.encoder_text.parameters()))
@@ -86,7 +86,7 @@ def upstream(dtype: torch.dtype, keep_float64: bool = False):
     net_g.train()
     net_d.train()
     losses = []
-    data_all = s2_tiny.batches()       # drawn before the patch: tiny.randn rounds with .float()
+    data_all = s2_tiny.batches(version=version)       # drawn before the patch: tiny.randn rounds with .float()
     with float_keeps_float64() if keep_float64 else contextlib.nullcontext():
         steps(net_g, net_d, optim_g, optim_d, hps, dtype, data_all, losses)
     return losses, net_g, net_d
@@ -99,8 +99,9 @@ def steps(net_g, net_d, optim_g, optim_d, hps, dtype, data_all, losses) -> None:
                               for k in ("ssl", "spec", "wav", "text"))
         spec_lengths, text_lengths = data["spec_lengths"], data["text_lengths"]
         ssl.requires_grad = False
+        sv = (data["sv_emb"].to(dtype),) if "sv_emb" in data else ()
         (y_hat, kl_ssl, ids_slice, x_mask, z_mask, (z, z_p, m_p, logs_p, m_q, logs_q), stats_ssl) = net_g(
-            ssl, spec, spec_lengths, text, text_lengths)
+            ssl, spec, spec_lengths, text, text_lengths, *sv)
         mel = spec_to_mel_torch(spec, hps.data.filter_length, hps.data.n_mel_channels, hps.data.sampling_rate,
                                 hps.data.mel_fmin, hps.data.mel_fmax)
         y_mel = commons.slice_segments(mel, ids_slice, hps.train.segment_size // hps.data.hop_length)
@@ -126,19 +127,19 @@ def steps(net_g, net_d, optim_g, optim_d, hps, dtype, data_all, losses) -> None:
         losses.append([x.item() for x in (loss_disc, loss_gen, loss_fm, loss_mel, kl_ssl, loss_kl)])
 
 
-def ours(dtype: torch.dtype):
-    hps = s2_tiny.config()
+def ours(dtype: torch.dtype, version: str = s2_tiny.VERSION):
+    hps = s2_tiny.config(version)
     hp = s2_train.S2Hparams.from_config(hps)
-    net_g = s2_train.training_generator(tiny.sovits_config(s2_tiny.VERSION))
-    net_g.load_state_dict(s2_tiny.generator_weights(), strict=True)
-    net_d = s2_train.MultiPeriodDiscriminator(s2_tiny.VERSION)
-    net_d.load_state_dict(s2_tiny.discriminator_weights(), strict=True)
+    net_g = s2_train.training_generator(tiny.sovits_config(version))
+    net_g.load_state_dict(s2_tiny.generator_weights(version), strict=True)
+    net_d = s2_train.MultiPeriodDiscriminator(version)
+    net_d.load_state_dict(s2_tiny.discriminator_weights(version), strict=True)
     net_g, net_d = net_g.to(dtype).train(), net_d.to(dtype).train()
     optim_g, optim_d = s2_train.make_optimizers(net_g, net_d, hp)
     s2_train.make_schedulers((optim_g, optim_d), hp)
     torch.manual_seed(s2_tiny.SEED)
     losses = [s2_train.train_step(net_g, net_d, optim_g, optim_d, s2_train.S2Batch(**b).to("cpu", dtype), hp).as_list()
-              for b in s2_tiny.batches()]
+              for b in s2_tiny.batches(version=version)]
     return losses, net_g, net_d
 
 
@@ -151,18 +152,18 @@ def tensors(net_g, net_d) -> dict[str, torch.Tensor]:
     return out
 
 
-def main() -> None:
+def main(version: str) -> None:
     fixture: dict[str, torch.Tensor] = {}
-    up32 = upstream(torch.float32)
-    our32 = ours(torch.float32)
+    up32 = upstream(torch.float32, version=version)
+    our32 = ours(torch.float32, version)
     assert up32[0] == our32[0], (up32[0], our32[0])
     t_up, t_our = tensors(*up32[1:]), tensors(*our32[1:])
     assert set(t_up) == set(t_our), sorted(set(t_up) ^ set(t_our))[:8]
     bad = [k for k in t_up if not torch.equal(t_up[k], t_our[k])]
     assert not bad, f"float32: {len(bad)} tensors differ, e.g. {bad[:5]}"
     fixture["losses.float32"] = torch.tensor(up32[0], dtype=torch.float64)
-    up64 = upstream(torch.float64, keep_float64=True)
-    our64 = ours(torch.float64)
+    up64 = upstream(torch.float64, keep_float64=True, version=version)
+    our64 = ours(torch.float64, version)
     golden.assert_close(torch.tensor(our64[0], dtype=torch.float64), torch.tensor(up64[0], dtype=torch.float64),
                         1e-11, "float64 losses")
     t_up, t_our = tensors(*up64[1:]), tensors(*our64[1:])
@@ -177,9 +178,12 @@ def main() -> None:
     print("parameters without a gradient (frozen path):", none)
     print("float32 losses", up32[0])
     print("float64 worst relative difference", worst)
-    torch.save(fixture, HERE / "fixtures" / "s2_train.pt")
-    print("wrote", HERE / "fixtures" / "s2_train.pt", len(fixture), "entries")
+    path = HERE / "fixtures" / FIXTURE[version]
+    torch.save(fixture, path)
+    print("wrote", path, len(fixture), "entries")
 
+
+FIXTURE = {"v2": "s2_train.pt", "v2Pro": "s2_train_v2Pro.pt"}
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) > 1 else "v2")

@@ -1,10 +1,12 @@
 """The tiny SoVITS (s2) training case shared by make_s2_train_fixtures.py (upstream) and test_s2_train.py (ours).
 
-The v2 tiny SoVITS of tiny.py (real HuBERT / MRTE / spectrogram widths, tiny layer counts) with upstream's
+The v2 (or v2Pro) tiny SoVITS of tiny.py (real HuBERT / MRTE / spectrogram widths, tiny layer counts) with upstream's
 training hyperparameters (s2.json) except a 5120-sample segment (8 frames), `p_dropout` 0.1 as published,
 weights from `tiny.random_state` under upstream's names (`enc_q` and the weight-norm pairs included), the
 full-size MultiPeriodDiscriminator (upstream hard-codes its widths) from the same seeds, and two batches of
-two clips of unequal lengths in TextAudioSpeakerCollate's layout. Inputs are drawn, not computed (a
+two clips of unequal lengths in TextAudioSpeakerCollate's layout; v2Pro's batches add 20480-wide speaker
+vectors (upstream's SynthesizerTrn hard-codes `sv_emb` as Linear(20480, gin)) from a generator of their own,
+so the v2 draws are unchanged. Inputs are drawn, not computed (a
 spectrogram computed in float32 moves with the CPU; these are the same everywhere). The dropout / slicing
 seed is set just before the first batch.
 """
@@ -23,35 +25,36 @@ CLIPS = [((14, 7), (11, 5)), ((12, 6), (12, 8))]     # per batch: (spectrogram f
 SAMPLES = 32                    # values kept per tensor in the fixture (plus its sum and absolute sum)
 
 
-def config() -> dict:
-    hps = copy.deepcopy(tiny.s2_config(VERSION))
+def config(version: str = VERSION) -> dict:
+    hps = copy.deepcopy(tiny.s2_config(version))
     hps["train"].update({"log_interval": 100, "eval_interval": 500, "seed": 1234, "epochs": 100,
                          "learning_rate": 0.0001, "betas": [0.8, 0.99], "eps": 1e-09, "batch_size": 2,
                          "fp16_run": False, "lr_decay": 0.999875, "segment_size": SEGMENT, "init_lr_ratio": 1,
                          "warmup_epochs": 0, "c_mel": 45, "c_kl": 1.0, "text_low_lr_rate": 0.4, "grad_ckpt": False})
     hps["model"]["p_dropout"] = 0.1
-    hps["model"]["version"] = VERSION
+    hps["model"]["version"] = version
     return hps
 
 
-def generator_weights() -> dict[str, torch.Tensor]:
+def generator_weights(version: str = VERSION) -> dict[str, torch.Tensor]:
     from mizuoto.nodes.gpt_sovits.s2_train import training_generator
     with torch.device("meta"):
-        model = training_generator(tiny.sovits_config(VERSION))
+        model = training_generator(tiny.sovits_config(version))
     return tiny.random_state(tiny.shapes_of(model), tiny.SEED)
 
 
-def discriminator_weights() -> dict[str, torch.Tensor]:
+def discriminator_weights(version: str = VERSION) -> dict[str, torch.Tensor]:
     from mizuoto.nodes.gpt_sovits.s2_train import MultiPeriodDiscriminator
     with torch.device("meta"):
-        model = MultiPeriodDiscriminator(VERSION)
+        model = MultiPeriodDiscriminator(version)
     return tiny.random_state(tiny.shapes_of(model), tiny.SEED + 1)
 
 
-def batches(seed: int = 6) -> list[dict[str, torch.Tensor]]:
+def batches(seed: int = 6, version: str = VERSION) -> list[dict[str, torch.Tensor]]:
     """TextAudioSpeakerCollate's output for each batch (longest spectrogram first; spectrogram and HuBERT
     frames padded to 2 * (max // 2 + 1), audio to the longest clip, phones to the longest)."""
     g = torch.Generator().manual_seed(seed)
+    g_sv = torch.Generator().manual_seed(seed + 100)
     hop, bins = 640, 1025
     out = []
     for clips in CLIPS:
@@ -71,6 +74,8 @@ def batches(seed: int = 6) -> list[dict[str, torch.Tensor]]:
                     "spec_lengths": torch.tensor([c[0] for c in clips]), "wav": wav,
                     "wav_lengths": torch.tensor([c[0] * hop for c in clips]), "text": text,
                     "text_lengths": torch.tensor([c[1] for c in clips])})
+        if version in ("v2Pro", "v2ProPlus"):
+            out[-1]["sv_emb"] = tiny.randn(b, 20480, generator=g_sv) * 0.05
     return out
 
 

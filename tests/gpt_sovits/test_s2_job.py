@@ -5,6 +5,7 @@ the trained one, read by our loader and speaking through the pipeline. The tiny 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import torch
 from mizuoto.nodes.formats.audio_file import write_flac
 from mizuoto.nodes.gpt_sovits import s2_data
 from mizuoto.nodes.gpt_sovits.loader import load_gpt_sovits, pair
+from mizuoto.nodes.gpt_sovits.s1_data import S1Preparer
+from mizuoto.training.datasets import read_list
 from mizuoto.nodes.gpt_sovits.train import S1Job, train_voice
 from mizuoto.nodes.pack.pipeline import SpeakRequest, synthesize
 from mizuoto.nodes.pack.registry import LoadRequest, discover
@@ -84,16 +87,47 @@ def test_sovits_stage_trains_exports_loads_and_speaks(root):
     assert wav.numel() > 0 and torch.isfinite(wav).all()
 
 
-def test_v2pro_sovits_stage_refused_by_name(tmp_path):
-    tiny.write_folder(tmp_path, "v2Pro")
-    (tmp_path / "c.flac").parent.mkdir(exist_ok=True)
-    write_flac(tmp_path / "c.flac", tone(2.5, 150)[None], 32000)
-    (tmp_path / "list.txt").write_text("c.flac|spk|en|Good day to you, my friend.\n", encoding="utf-8")
-    job = S1Job(base=tmp_path / "tiny-v2Pro", list_file=tmp_path / "list.txt", save_name="x", epochs=0,
-                sovits_epochs=1)
+def test_collate_stacks_speaker_vectors_in_the_batch_order():
+    a = s2_data.S2Sample(torch.ones(768, 5), torch.ones(1025, 5), torch.ones(3200), torch.tensor([3]), torch.full((6,), 1.0))
+    b = s2_data.S2Sample(torch.ones(768, 8), torch.ones(1025, 8), torch.ones(5120), torch.tensor([5]), torch.full((6,), 2.0))
+    batch = s2_data.collate([a, b])
+    assert torch.equal(batch.sv_emb, torch.tensor([[2.0] * 6, [1.0] * 6]))       # longest spectrogram first
     with pytest.raises(ValueError, match="speaker vectors"):
-        train_voice(job)
-    assert not (tmp_path / "x").exists()
+        s2_data.collate([a, dataclasses.replace(b, sv=None)])
+
+
+@pytest.mark.slow
+def test_v2pro_sovits_stage_trains_on_speaker_vectors_exports_loads_and_speaks(tmp_path):
+    """2-get-sv.py's vectors prepared from the clips' training audio feed sv_emb; the exported v2Pro voice
+    (speaker projection trained too) loads and speaks."""
+    folder = tiny.write_folder(tmp_path, "v2Pro")
+    hps = copy.deepcopy(tiny.s2_config("v2Pro"))
+    hps["train"]["segment_size"] = 2560
+    _, sovits = pair(folder)
+    tiny.save_sovits(sovits, tiny.sovits_weights("v2Pro"), hps, "v2Pro")
+    (tmp_path / "clips").mkdir()
+    for i, _ in enumerate(TEXTS):
+        write_flac(tmp_path / "clips" / f"c{i}.flac", tone(1.5, 150 + 20 * i)[None], 32000)
+    (tmp_path / "list.txt").write_text("".join(f"clips/c{i}.flac|spk|en|{t}\n" for i, t in enumerate(TEXTS)),
+                                       encoding="utf-8")
+    bundle = load_gpt_sovits(folder, torch.float32)
+    preparer = s2_data.S2Preparer(S1Preparer(bundle))
+    sample, _ = preparer.sample(read_list(tmp_path / "list.txt")[0])
+    assert sample.sv.shape == (tiny.sv_dim(),) and torch.isfinite(sample.sv).all() and sample.sv.abs().sum() > 0
+    job = S1Job(base=folder, list_file=tmp_path / "list.txt", save_name="pro", epochs=0, sovits_epochs=1,
+                batch_size=100, seed=7)
+    result = train_voice(job)
+    assert result.steps == 1 and torch.isfinite(torch.tensor(result.losses)).all()
+    before = bundle.sovits.state_dict()
+    after = load_gpt_sovits(result.voice, torch.float32).sovits.state_dict()
+    assert not torch.equal(before["sv_emb.weight"], after["sv_emb.weight"])      # the speaker path was trained
+    engine = SPEC.build(LoadRequest("pro", result.voice, torch.float32, torch.device("cpu")),
+                        ModelManager(DeviceService()))
+    request = SpeakRequest("Good day to you.", seed=1, language="en",
+                           reference={"waveform": tone(3.2, 170)[None, None], "sample_rate": 32000},
+                           reference_text="Good day.")
+    wav, _ = synthesize(engine, request)
+    assert wav.numel() > 0 and torch.isfinite(wav).all()
 
 
 def test_job_options_checked(tmp_path):

@@ -7,9 +7,9 @@ and float64, every weight and gradient (the script asserts it). Here:
 
 - float64: the six losses of both batches, and per tensor (generator with enc_q, discriminator) 32
   evenly spaced values of the weights and of the gradients after the second batch, within tests/golden.py's
-  F64_BOUND of upstream's float64 run relative to the largest recorded value; each tensor's sum within
-  F64_BOUND of its absolute sum. float64 rounding of this chain is ~1e-15 relative, amplified by the
-  GAN's two steps to at most ~1e-12; a wrong op, constant, dropout draw, slice, learning rate or weight
+  S2_F64_BOUND (1e-7) of upstream's float64 run relative to the largest recorded value; each tensor's sum
+  within it of its absolute sum. float64 rounding of this chain is ~1e-15 relative; the losses stay
+  within ~1e-12 on another CPU, the second batch's gradients within 1.5e-8 (see S2_F64_BOUND); a wrong op, constant, dropout draw, slice, learning rate or weight
   decay moves a sampled gradient by >= 1e-4 of its scale and the summed weights by >= 1e-7 (one AdamW
   step moves each weight by ~lr = 1e-4);
 - float32: the losses of the first batch within 1e-5 relative of upstream's float32 ones (the forward
@@ -22,6 +22,9 @@ and float64, every weight and gradient (the script asserts it). Here:
   are checked to be at rounding level and their weights within 2 x lr (two steps) of upstream's, as the
   recipe itself only promises (on the recording machine they too are bit-equal);
 - the frozen path: `ssl_proj` gets no gradient (freeze_quantizer), exactly as upstream.
+
+Both for v2 and for v2Pro (its speaker vectors through `sv_emb` + PReLU, MRTE fed `ge_to512(ge)`, the
+discriminator's v2Pro periods: fixtures/s2_train_v2Pro.pt).
 
 The two upstream comparisons build the full-size discriminator (47M parameters) and a 25M-parameter
 generator and run float64 steps through it (~40 s on one core): they are `slow`; the default suite keeps
@@ -39,33 +42,43 @@ from mizuoto.nodes.gpt_sovits import s2_train
 
 pytestmark = [pytest.mark.usefixtures("one_thread")]
 KEY_BIASES = ("conv_k.bias", "w_ks.bias")
+# Two GAN steps in float64 on another CPU than the recording one: the losses within 2.6e-12, but 50 of 1284
+# sampled tensors (the discriminator's gradients after the second batch) beyond golden.F64_BOUND, up to
+# 1.5e-8 of scale (v2 fixture, measured): the first AdamW step, lr x g / (|g| + eps), turns rounding-level
+# gradient differences into weight differences the second batch's gradients then carry. A wrong op, draw
+# or rate moves a sampled gradient by >= 1e-4 of its scale.
+S2_F64_BOUND = 1e-7
 
 
-@pytest.fixture(scope="module")
-def recorded() -> dict[str, torch.Tensor]:
-    return torch.load(FIXTURES / "s2_train.pt", weights_only=True)
+VERSIONS = {"v2": "s2_train.pt", "v2Pro": "s2_train_v2Pro.pt"}     # make_s2_train_fixtures.FIXTURE
 
 
-def run(dtype: torch.dtype, batches: int) -> tuple[list[list[float]], s2_train.SynthesizerTrn,
-                                                     s2_train.MultiPeriodDiscriminator]:
-    hp = s2_train.S2Hparams.from_config(s2_tiny.config())
-    net_g = s2_train.training_generator(tiny.sovits_config(s2_tiny.VERSION))
-    net_g.load_state_dict(s2_tiny.generator_weights(), strict=True)
-    net_d = s2_train.MultiPeriodDiscriminator(s2_tiny.VERSION)
-    net_d.load_state_dict(s2_tiny.discriminator_weights(), strict=True)
+@pytest.fixture(scope="module", params=list(VERSIONS))
+def recorded(request) -> tuple[str, dict[str, torch.Tensor]]:
+    return request.param, torch.load(FIXTURES / VERSIONS[request.param], weights_only=True)
+
+
+def run(dtype: torch.dtype, batches: int, version: str = s2_tiny.VERSION
+        ) -> tuple[list[list[float]], s2_train.SynthesizerTrn, s2_train.MultiPeriodDiscriminator]:
+    hp = s2_train.S2Hparams.from_config(s2_tiny.config(version))
+    net_g = s2_train.training_generator(tiny.sovits_config(version))
+    net_g.load_state_dict(s2_tiny.generator_weights(version), strict=True)
+    net_d = s2_train.MultiPeriodDiscriminator(version)
+    net_d.load_state_dict(s2_tiny.discriminator_weights(version), strict=True)
     net_g, net_d = net_g.to(dtype).train(), net_d.to(dtype).train()
     optim_g, optim_d = s2_train.make_optimizers(net_g, net_d, hp)
     s2_train.make_schedulers((optim_g, optim_d), hp)
     torch.manual_seed(s2_tiny.SEED)
     losses = [s2_train.train_step(net_g, net_d, optim_g, optim_d, s2_train.S2Batch(**b).to("cpu", dtype), hp).as_list()
-              for b in s2_tiny.batches()[:batches]]
+              for b in s2_tiny.batches(version=version)[:batches]]
     return losses, net_g, net_d
 
 
 @pytest.mark.slow
 @pytest.mark.golden
 def test_float64_two_batches_equal_upstream(recorded):
-    losses, net_g, net_d = run(torch.float64, len(s2_tiny.CLIPS))
+    version, recorded = recorded
+    losses, net_g, net_d = run(torch.float64, len(s2_tiny.CLIPS), version)
     golden.assert_f64(torch.tensor(losses, dtype=torch.float64), recorded["losses.float64"], "losses")
     seen, no_grad = set(), []
     for prefix, net in (("g", net_g), ("d", net_d)):
@@ -82,9 +95,9 @@ def test_float64_two_batches_equal_upstream(recorded):
                     else:
                         assert (ours[:-2] - ref[:-2]).abs().max() <= 2 * 1e-4, key
                     continue
-                golden.assert_f64(ours[:-2], ref[:-2], key)
+                golden.assert_close(ours[:-2], ref[:-2], S2_F64_BOUND, key)
                 err = abs(float(ours[-2] - ref[-2]))
-                assert err <= golden.F64_BOUND * float(ref[-1]), f"{key}: sum off by {err:.3g} of {float(ref[-1]):.3g}"
+                assert err <= S2_F64_BOUND * float(ref[-1]), f"{key}: sum off by {err:.3g} of {float(ref[-1]):.3g}"
     assert seen == {k.removeprefix("summary.") for k in recorded if k.startswith("summary.")}
     assert sorted(no_grad) == ["g.ssl_proj.bias.grad", "g.ssl_proj.weight.grad"]
     assert int(recorded["no_grad"]) == len(no_grad)
@@ -93,7 +106,8 @@ def test_float64_two_batches_equal_upstream(recorded):
 @pytest.mark.slow
 @pytest.mark.golden
 def test_float32_first_batch_losses_equal_upstream(recorded):
-    losses, _, _ = run(torch.float32, 1)
+    version, recorded = recorded
+    losses, _, _ = run(torch.float32, 1, version)
     golden.assert_close(torch.tensor(losses[0], dtype=torch.float64), recorded["losses.float32"][0], 1e-5,
                         "float32 losses")
 
