@@ -39,7 +39,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
-ENGINES = ("qwen3_tts", "f5_tts")
+ENGINES = ("qwen3_tts", "f5_tts", "omnivoice")
 TAG = "@@ "                       # protocol lines on a worker's stdout; anything else it prints is passed on
 MB = 1 << 20
 
@@ -56,6 +56,9 @@ F5_REAL = dict(dim=1024, depth=22, heads=16, dim_head=64, ff_mult=2, text_dim=51
                gen_frames=188)
 F5_QUICK = dict(dim=64, depth=2, heads=4, dim_head=16, ff_mult=2, text_dim=64, conv_layers=1, ref_frames=24,
                 gen_frames=24)
+# OmniVoice: a Qwen3-0.6B backbone (hidden 1024, 28 layers, GQA 16/8 x 128, SwiGLU 3072) with 8 audio heads.
+OMNI_REAL = dict(hidden=1024, layers=28, intermediate=3072, heads=16, kv=8, head_dim=128)
+OMNI_QUICK = dict(hidden=64, layers=2, intermediate=128, heads=4, kv=2, head_dim=16)
 
 
 def _load(name: str, path: Path):
@@ -310,11 +313,110 @@ def f5_upstream(folder: Path) -> Callable[[], torch.Tensor]:
     return run
 
 
+# ---- OmniVoice ------------------------------------------------------------------------------------------
+
+def omni_tiny():
+    return _load("omnivoice_tiny", TESTS / "omnivoice" / "tiny.py")   # by path: upstream is also `omnivoice`
+
+
+def omni_write(folder: Path, size: dict, args: argparse.Namespace) -> dict:
+    """config.json + model.safetensors (our model's names are upstream's: tests/omnivoice/test_structure.py),
+    the tiny byte-level tokenizer (so the text table has tiny.py's 1088 rows, not 151676: only looked up) and
+    tiny.py's narrow audio tokenizer (the published time structure; its decoder runs once per request)."""
+    from safetensors.torch import save_file
+    from mizuoto.nodes.omnivoice.codec import CodecConfig, HiggsAudioTokenizer
+    from mizuoto.nodes.omnivoice.model import OmniVoiceConfig, OmniVoiceLM
+    tiny = omni_tiny()
+    (folder / "audio_tokenizer").mkdir(parents=True, exist_ok=True)
+    cfg, ccfg = tiny.model_config(size["hidden"], size["layers"]), tiny.codec_config()
+    cfg["llm_config"].update(intermediate_size=size["intermediate"], num_attention_heads=size["heads"],
+                             num_key_value_heads=size["kv"], head_dim=size["head_dim"])
+    torch.manual_seed(args.seed)
+    model = OmniVoiceLM(OmniVoiceConfig.from_dict(cfg))
+    codec = HiggsAudioTokenizer(CodecConfig.from_dict(ccfg), False)
+    tiny.randomize(model, args.seed)
+    tiny.randomize(codec, args.seed + 1)
+    params = sum(p.numel() for p in model.parameters())
+    for m, path in ((model, folder / "model.safetensors"), (codec, folder / "audio_tokenizer" / "model.safetensors")):
+        save_file({k: v.detach().contiguous() for k, v in m.state_dict().items()}, str(path))
+    del model, codec
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1))
+    (folder / "audio_tokenizer" / "config.json").write_text(json.dumps(ccfg, indent=1))
+    (folder / "audio_tokenizer" / "preprocessor_config.json").write_text(json.dumps(tiny.PREPROCESSOR, indent=1))
+    tiny.write_tokenizer(folder)
+    inputs = {"text": "The quick brown fox jumps over the lazy dog.", "language": "en", "num_step": args.steps,
+              "seed": 11}
+    (folder / "inputs.json").write_text(json.dumps(inputs))
+    return {"params": params, **inputs}
+
+
+def omni_header(size: dict, info: dict, args: argparse.Namespace) -> str:
+    return (f"OmniVoice ({info['params'] / 1e6:.0f} M parameters): Qwen3 backbone hidden {size['hidden']}, "
+            f"{size['layers']} layers (real 28), GQA {size['heads']}/{size['kv']} x {size['head_dim']}, SwiGLU "
+            f"{size['intermediate']}, text table 1088 rows (real 151676, only looked up), tiny.py's narrow audio "
+            f"tokenizer; {info['text']!r} ({info['language']}), {info['num_step']} unmasking steps (upstream's "
+            f"default 32) x CFG batch 2, seed {info['seed']}, silence passes off, float32; output: the waveform")
+
+
+def omni_ours(folder: Path) -> dict[str, Callable[[], torch.Tensor]]:
+    from mizuoto.nodes.omnivoice.loader import load_omnivoice
+    from mizuoto.nodes.omnivoice.phases import OmniVoiceEngine
+    from mizuoto.nodes.pack.engine import Chunk
+    from mizuoto.runtime import DeviceService, ModelManager, VramPolicy
+    sys.path.insert(0, str(TESTS))
+    from runtime_helpers import residency_capacity
+    inputs = json.loads((folder / "inputs.json").read_text())
+    options = {"num_step": inputs["num_step"], "postprocess_output": False, "preprocess_prompt": False}
+
+    def chunk() -> Chunk:
+        return Chunk(inputs["text"], seed=inputs["seed"], language=inputs["language"], options=dict(options))
+
+    probe = OmniVoiceEngine(load_omnivoice(folder, torch.float32), ModelManager(DeviceService()))
+    prompt = probe.make_prompt(chunk(), None, True)
+    working = probe.generate_memory(prompt.length, prompt.frames)
+
+    def arm(devices: DeviceService, mode: str) -> Callable[[], torch.Tensor]:
+        engine = OmniVoiceEngine(load_omnivoice(folder, torch.float32),
+                                 ModelManager(devices, VramPolicy({"compute.vram_mode": mode})))
+
+        def run() -> torch.Tensor:
+            with engine.manager.request(seed=inputs["seed"]) as ctx:
+                return engine.speak_chunk(ctx, chunk())
+        return run
+
+    arms = {"ours": arm(DeviceService(), "normal")}
+    others = sum(h.size_bytes for h in probe.handles if h is not probe.backbone)   # the codec: always room
+    for label, residency in (("sim 100 %", "full"), ("sim 50 %", "half")):
+        mode, capacity = residency_capacity(probe.backbone, residency, working=working)
+        arms[label] = arm(DeviceService(simulate={"cpu": capacity + others}, strict=True), mode)
+    del probe
+    return arms
+
+
+def omni_upstream(folder: Path) -> Callable[[], torch.Tensor]:
+    sys.path.append(str(TESTS))                   # after site-packages: tests/omnivoice must not shadow omnivoice
+    from qwen3_tts.torchaudio_shim import install
+    install()
+    import numpy as np
+    from omnivoice.models.omnivoice import OmniVoice
+    model = OmniVoice.from_pretrained(str(folder), dtype=torch.float32).eval()
+    inputs = json.loads((folder / "inputs.json").read_text())
+
+    def run() -> torch.Tensor:
+        torch.manual_seed(inputs["seed"])
+        audio = model.generate(text=inputs["text"], language=inputs["language"], num_step=inputs["num_step"],
+                               postprocess_output=False, preprocess_prompt=False)[0]
+        return torch.from_numpy(np.asarray(audio))
+    return run
+
+
 SPECS: dict[str, dict[str, Any]] = {
     "qwen3_tts": dict(real=QWEN_REAL, quick=QWEN_QUICK, write=qwen_write, header=qwen_header, ours=qwen_ours,
                       upstream=qwen_upstream, package="qwen-tts 0.1.1"),
     "f5_tts": dict(real=F5_REAL, quick=F5_QUICK, write=f5_write, header=f5_header, ours=f5_ours,
                    upstream=f5_upstream, package="f5-tts 1.1.22"),
+    "omnivoice": dict(real=OMNI_REAL, quick=OMNI_QUICK, write=omni_write, header=omni_header, ours=omni_ours,
+                      upstream=omni_upstream, package="omnivoice 0.2.1 (transformers >= 5.3: its own venv)"),
 }
 
 
@@ -493,8 +595,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per arm (default 5, quick 1)")
     ap.add_argument("--warmups", type=int, default=1)
     ap.add_argument("--frames", type=int, default=None, help="codec frames (default 16, full 40, quick 4)")
-    ap.add_argument("--steps", type=int, default=None, help="ODE steps (default 4, full 16, quick 2)")
-    ap.add_argument("--layers", type=int, default=None, help="talker layers (default 8 of 28, full 28)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="DiT ODE steps / OmniVoice unmasking steps (default 4, full 16, quick 2)")
+    ap.add_argument("--layers", type=int, default=None, help="talker / OmniVoice layers (default 8 of 28, full 28)")
     ap.add_argument("--dit-depth", type=int, default=None, help="DiT blocks (default 6 of 22, full 22)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -528,12 +631,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 size["layers"] = args.layers or (28 if args.full else 8)
             if engine == "f5_tts" and not args.quick:
                 size["depth"] = args.dit_depth or (22 if args.full else 6)
+            if engine == "omnivoice" and not args.quick:
+                size["layers"] = args.layers or (28 if args.full else 8)
             folder = Path(tmp) / engine
             folder.mkdir()
             info = spec["write"](folder, size, args)
             print(spec["header"](size, info, args))
-            rows += measure(engine, folder, pythons.get(engine), threads, repeats, args.warmups, Path(tmp))
-    print_table(rows)
+            done = measure(engine, folder, pythons.get(engine), threads, repeats, args.warmups, Path(tmp))
+            print_table(done)                         # each engine's rows as soon as they exist
+            rows += done
     print(f"({time.perf_counter() - started:.0f} s wall)")
     return rows
 

@@ -18,7 +18,7 @@ def test_quick_without_upstream_prints_our_rows_and_the_missing_message(bench, c
         monkeypatch.delenv(name, raising=False)
     rows = bench.main(["--quick", "--threads", "1"])
     out = capsys.readouterr().out
-    for engine in ("qwen3_tts", "f5_tts"):
+    for engine in ("qwen3_tts", "f5_tts", "omnivoice"):
         assert f"{engine}: upstream not measured: no upstream interpreter (pass --upstream {engine}=PYTHON" in out
         figures = [r["figure"] for r in rows if r["engine"] == engine]
         assert figures == ["ours", "sim 100 % ÷ ours", "sim 50 % ÷ sim 100 %"], figures
@@ -30,7 +30,7 @@ def test_quick_without_upstream_prints_our_rows_and_the_missing_message(bench, c
             assert r["check"] == "exact" and r["cpu_ratio"] > 0, r
     assert not any("upstream" in r["figure"] for r in rows) and "DIFFERENT" not in out
     assert "process CPU time (the main figure" in out
-    assert "Qwen3-TTS talker" in out and "F5-TTS DiT" in out
+    assert "Qwen3-TTS talker" in out and "F5-TTS DiT" in out and "OmniVoice (" in out
 
 
 def test_bad_upstream_argument_names_the_expected_form(bench):
