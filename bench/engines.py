@@ -458,8 +458,12 @@ def worker(engine: str, side: str, folder: Path) -> None:
 
 class Worker:
     def __init__(self, python: str, engine: str, side: str, folder: Path, env: dict) -> None:
-        self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--worker", engine, side, str(folder)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--worker", engine, side, str(folder)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        except OSError as e:                          # no such interpreter: reported like a failed load
+            self.proc, self.error, self.arms, self.all_threads = None, f"cannot start {python!r}: {e}", [], 1
+            return
         hello = self._read()
         self.error = hello.get("error")
         self.arms: list[str] = hello.get("arms", [])
@@ -480,6 +484,8 @@ class Worker:
         return reply
 
     def close(self) -> None:
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.write(json.dumps({"quit": True}) + "\n")

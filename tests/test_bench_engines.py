@@ -36,3 +36,11 @@ def test_quick_without_upstream_prints_our_rows_and_the_missing_message(bench, c
 def test_bad_upstream_argument_names_the_expected_form(bench):
     with pytest.raises(SystemExit, match="--upstream: expected ENGINE=PYTHON"):
         bench.main(["--quick", "--upstream", "nosuch=/bin/python"])
+
+
+def test_an_upstream_that_cannot_start_is_reported_and_ours_still_measured(bench, capsys, tmp_path):
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    rows = bench.main(["--quick", "--threads", "1", "--engines", "qwen3_tts", "--upstream", f"qwen3_tts={missing}"])
+    out = capsys.readouterr().out
+    assert f"qwen3_tts: upstream not measured: {missing} could not load it: cannot start" in out
+    assert [r["figure"] for r in rows] == ["ours", "sim 100 % ÷ ours", "sim 50 % ÷ sim 100 %"]
