@@ -457,17 +457,25 @@ def worker(engine: str, side: str, folder: Path) -> None:
 
 
 class Worker:
+    """One side's process. Started at once; `ready()` waits for its models to load (so several workers
+    load side by side) and reads what it offers."""
+
     def __init__(self, python: str, engine: str, side: str, folder: Path, env: dict) -> None:
+        self.python, self.error, self.arms, self.all_threads, self._hello = python, None, [], 1, False
         try:
             self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--worker", engine, side, str(folder)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         except OSError as e:                          # no such interpreter: reported like a failed load
-            self.proc, self.error, self.arms, self.all_threads = None, f"cannot start {python!r}: {e}", [], 1
-            return
-        hello = self._read()
-        self.error = hello.get("error")
-        self.arms: list[str] = hello.get("arms", [])
-        self.all_threads = hello.get("threads", 1)
+            self.proc, self.error, self._hello = None, f"cannot start {python!r}: {e}", True
+
+    def ready(self) -> "Worker":
+        if not self._hello:
+            hello = self._read()
+            self.error = hello.get("error")
+            self.arms = hello.get("arms", [])
+            self.all_threads = hello.get("threads", 1)
+            self._hello = True
+        return self
 
     def _read(self) -> dict:
         for line in self.proc.stdout:
@@ -519,26 +527,34 @@ def compare(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"DIFFERENT (max abs {(a.double() - b.double()).abs().max().item():.3g})"
 
 
-def measure(engine: str, folder: Path, upstream: str | None, threads: list[int | str], repeats: int,
-            warmups: int, out_dir: Path) -> list[dict]:
-    """Start both workers, run every arm round robin at each thread count, return the rows."""
+def start(engine: str, folder: Path, upstream: str | None) -> dict[str, Worker]:
+    """Both sides' workers for one engine, started (not yet waited for)."""
     import mizuoto
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(mizuoto.__file__).resolve().parents[1])] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     workers = {"ours": Worker(sys.executable, engine, "ours", folder, env)}
-    if workers["ours"].error:
+    if upstream is not None:
+        up_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the side venv's own packages
+        workers["upstream"] = Worker(upstream, engine, "upstream", folder, up_env)
+    return workers
+
+
+def measure(engine: str, workers: dict[str, Worker], threads: list[int | str], repeats: int,
+            warmups: int, out_dir: Path) -> list[dict]:
+    """Wait for both workers, run every arm round robin at each thread count, return the rows."""
+    if workers["ours"].ready().error:
+        for w in workers.values():
+            w.close()
         raise RuntimeError(f"{engine}: our worker failed: {workers['ours'].error}")
     notes = []
-    if upstream is None:
+    if "upstream" not in workers:
         notes.append(f"{engine}: upstream not measured: no upstream interpreter (pass --upstream {engine}=PYTHON "
                      f"or set MIZUOTO_UPSTREAM_{engine.upper()}); {SPECS[engine]['package']} in a side venv")
-    else:
-        up_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        workers["upstream"] = Worker(upstream, engine, "upstream", folder, up_env)
-        if workers["upstream"].error:
-            notes.append(f"{engine}: upstream not measured: {upstream} could not load it: {workers['upstream'].error}")
-            workers.pop("upstream").close()
+    elif workers["upstream"].ready().error:
+        up = workers.pop("upstream")
+        notes.append(f"{engine}: upstream not measured: {up.python} could not load it: {up.error}")
+        up.close()
     rows = []
     try:
         arms = [(w, a) for w in workers.values() for a in w.arms]
@@ -630,6 +646,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
           f"threads: torch.set_num_threads in each worker ({os.cpu_count()} CPUs here). torch {torch.__version__}.")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        prepared = []
         for engine in engines:
             spec = SPECS[engine]
             size = dict(spec["quick"] if args.quick else spec["real"])
@@ -642,8 +659,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
             folder = Path(tmp) / engine
             folder.mkdir()
             info = spec["write"](folder, size, args)
-            print(spec["header"](size, info, args))
-            done = measure(engine, folder, pythons.get(engine), threads, repeats, args.warmups, Path(tmp))
+            # every engine's workers load side by side before anything is timed; --full holds one engine's
+            # four model copies at a time (about 12 GB for the talker alone)
+            prepared.append((engine, spec["header"](size, info, args), folder,
+                             None if args.full else start(engine, folder, pythons.get(engine))))
+        for _, _, _, workers in prepared:
+            for w in (workers or {}).values():
+                w.ready()
+        for engine, header, folder, workers in prepared:
+            print(header)
+            done = measure(engine, workers or start(engine, folder, pythons.get(engine)), threads, repeats,
+                           args.warmups, Path(tmp))
             print_table(done)                         # each engine's rows as soon as they exist
             rows += done
     print(f"({time.perf_counter() - started:.0f} s wall)")
