@@ -1,9 +1,11 @@
 """Ours against each engine's upstream package, side by side, on the same random checkpoint (issue 35).
 
-    python bench/engines.py --upstream qwen3_tts=$REF_VENV/bin/python --upstream f5_tts=$REF_VENV/bin/python
+    python bench/engines.py --upstream qwen3_tts=$REF_VENV/bin/python --upstream f5_tts=$REF_VENV/bin/python \
+                            --upstream omnivoice=$REF_OMNI/bin/python
     python bench/engines.py --quick           # tiny shapes, 1 run, ours only unless an upstream is given
-        --engines qwen3_tts,f5_tts  --repeats N  --threads 1,all  --frames N (talker)  --steps N (DiT)
-        --layers N (talker layers; DiT blocks with --dit-depth N)  --full (every layer, 40 frames, 16 steps)
+        --engines qwen3_tts,f5_tts,omnivoice  --repeats N  --threads 1,all  --frames N (talker)
+        --steps N (DiT / OmniVoice)  --layers N (talker / OmniVoice layers; DiT blocks: --dit-depth N)
+        --full (every layer, 40 frames, 16 steps)
 
 An upstream interpreter comes from `--upstream ENGINE=PYTHON`, else `$MIZUOTO_UPSTREAM_<ENGINE>` (e.g.
 MIZUOTO_UPSTREAM_QWEN3_TTS), else `$MIZUOTO_UPSTREAM_PYTHON` (every engine); without one the engine's
