@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from ...training.datasets import read_list
 from ...training.estimate import MethodInfo, TransformerSizes, check_fits
 from ...training.job import TrainLoop
-from ...training.memory import resolve_tools
+from ...training.memory import Tools, resolve_tools
 from ..formats.audio_file import read_audio
 from ..formats.checkpoint import load_yaml
 from ..pack.audio import resample
@@ -169,11 +169,35 @@ def base_ema_state(folder: Path) -> tuple[int, bool]:
     return step, initted
 
 
+def training_loop(dit: DiT, data: list[F5Batch], tools: Tools, *, seed: int, lr: float, warmup_updates: int,
+                  total_updates: int, checkpoint: Path, ema_step: int = 0, ema_initted: bool = False,
+                  host_context: Any = None, options: str = "", save_every: int = 0) -> tuple[TrainLoop, F5Recipe]:
+    """The resumable loop over `data` with upstream's step (train_step.F5Recipe) under `tools`: the EMA
+    continues from (`ema_step`, `ema_initted`); with the host optimizer under mixed precision the device
+    weights are kept in the autocast dtype (their float32 master on the host)."""
+    dit.train()
+    dit.requires_grad_(True)
+    ema = EMA(dit, step=ema_step, initted=ema_initted)
+    if tools.host_optimizer and tools.mixed_precision is not None:
+        with torch.no_grad():
+            for p in dit.parameters():
+                p.data = p.data.to(tools.mixed_precision)
+    optimizer = make_optimizer(dit, tools, lr, host_context)
+    scheduler = make_scheduler(optimizer, warmup_updates, total_updates)
+    recipe = F5Recipe(dit, optimizer, scheduler, ema, tools, seed=seed, job=options)
+    loop = TrainLoop(dit, optimizer, data, None, tools, seed=seed, checkpoint=checkpoint, save_every=save_every,
+                     step=recipe.batch, extra=recipe)
+    return loop, recipe
+
+
 def train_voice(job: F5Job, progress: Callable[[str, int, int, float | None], None] | None = None,
                 interrupted: Callable[[], bool] = lambda: False, host_context: Any = None) -> F5Result:
     """Run the job: prepare, train (`progress(stage, done, total, loss)` for "prepare" and "train"), export."""
     check_job(job)
     base = Path(job.base)
+    if (base.parent / job.save_name).exists():      # refused before training, not after it
+        raise ValueError(f"save_name {job.save_name!r}: {base.parent / job.save_name} already exists; choose another "
+                         "name")
     bundle = load_f5_tts(base, torch.float32)
     entries = read_list(job.list_file, job.audio_dir)
     tools = resolve_tools(job.preset)
@@ -186,24 +210,15 @@ def train_voice(job: F5Job, progress: Callable[[str, int, int, float | None], No
     estimate = info.memory_mb(job.preset, job.batch_size)
     if device.type == "cuda":
         check_fits(info, job.preset, job.batch_size, torch.cuda.mem_get_info(device)[0] / (1 << 20), str(device))
-    dit = dit.to(device).train()
-    dit.requires_grad_(True)
     step, initted = base_ema_state(base)
-    ema = EMA(dit, step=step, initted=initted)
-    if tools.host_optimizer and tools.mixed_precision is not None:
-        with torch.no_grad():
-            for p in dit.parameters():
-                p.data = p.data.to(tools.mixed_precision)
-    optimizer = make_optimizer(dit, tools, job.learning_rate, host_context)
     total = job.epochs * len(data)
-    scheduler = make_scheduler(optimizer, job.warmup_updates, total)
     options = (f"base={base.resolve()} list={Path(job.list_file).resolve()} clips={len(entries)} epochs={job.epochs} "
                f"batch_size={job.batch_size} seed={job.seed} preset={job.preset} lr={job.learning_rate} "
                f"warmup={job.warmup_updates}")
-    recipe = F5Recipe(dit, optimizer, scheduler, ema, tools, seed=job.seed, job=options)
     checkpoint = Path(job.checkpoint) if job.checkpoint else base.parent / f".{job.save_name}.train-state.pt"
-    loop = TrainLoop(dit, optimizer, data, None, tools, seed=job.seed, checkpoint=checkpoint, step=recipe.batch,
-                     extra=recipe)
+    loop, recipe = training_loop(dit.to(device), data, tools, seed=job.seed, lr=job.learning_rate,
+                                 warmup_updates=job.warmup_updates, total_updates=total, checkpoint=checkpoint,
+                                 ema_step=step, ema_initted=initted, host_context=host_context, options=options)
     if checkpoint.is_file():
         try:
             loop.resume()
@@ -215,7 +230,7 @@ def train_voice(job: F5Job, progress: Callable[[str, int, int, float | None], No
         loop.run(total, progress=(lambda s, n, loss: progress("train", s, n, loss)) if progress else None,
                  interrupted=interrupted)
     per_step = (time.perf_counter() - start) / max(1, loop.step - first)
-    voice = export_model(base, job.save_name, ema, recipe.updates)
+    voice = export_model(base, job.save_name, recipe.ema, recipe.updates)
     checkpoint.unlink(missing_ok=True)
     numerics = [n for n in tools.numerics_changes() if not n.startswith("frozen")]   # nothing is frozen
     return F5Result(voice, list(loop.losses), loop.step, recipe.updates, per_step, estimate, numerics)
