@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,18 +144,45 @@ def batches(samples: list[F5Sample], batch_size: int) -> list[F5Batch]:
 # per token and block, the hidden-sized tensors a DiT block keeps for backward beyond the estimate's
 # post-norm 12 (adaLN modulation, rotary q/k, the gates' products, tanh-GELU's input and output at
 # ff_mult x hidden, two dropout masks, the output masks): measured on the tiny model (test_train_job.py)
-EXTRA_SAVED_PER_TOKEN = 14
+EXTRA_SAVED_PER_TOKEN = 13
 
 
-def method_info(dit: DiT, data: list[F5Batch]) -> MethodInfo:
+@dataclass(frozen=True)
+class F5MethodInfo(MethodInfo):
+    """MethodInfo plus what an F5-TTS step holds outside the DiT blocks, in float32 (checkpointing never
+    covers it): the buffers (the text embedding's 8192-position table, RoPE frequencies) and the
+    input side per frame: the CFM's mel-sized tensors (x1, x0, φ, flow, cond, pred, the MSE), the
+    concatenated input, its projection and convolutional position embedding, the text embedding's
+    ConvNeXt blocks."""
+
+    buffer_bytes: int = 0
+    input_per_token: int = 0       # float32 elements per frame of a sample
+
+    def memory_bytes(self, preset: str, batch: int) -> int:
+        tokens = batch * self.sizes.tokens_per_sample
+        return super().memory_bytes(preset, batch) + int(1.1 * (self.buffer_bytes + 4 * self.input_per_token * tokens))
+
+
+def input_elements(cfg: Any) -> int:
+    """F5MethodInfo.input_per_token for a DiT config: 5 mel-sized tensors (x0, φ, flow, cond, pred; the
+    MSE's), the input concatenation (2 mel + text), the projection and the conv position embedding (3 x dim
+    kept), per text ConvNeXt block ~5 x text kept, the embedding and table sum (2 x text). Measured on the
+    tiny model (test_train_job.py: float32, and an upper bound under bf16 autocast)."""
+    return (5 * cfg.mel_dim + 2 * cfg.mel_dim + cfg.text_dim + 3 * cfg.dim
+            + 5 * cfg.text_dim * cfg.conv_layers + 2 * cfg.text_dim)
+
+
+def method_info(dit: DiT, data: list[F5Batch]) -> F5MethodInfo:
     """Sizes for the estimate: every parameter trained; the longest batch's frames; no logits (the loss is
-    an MSE on mel frames: `vocab` counts the mel channels of the prediction and its target)."""
+    an MSE on mel frames, counted with the input side)."""
     cfg = dit.config
     frames = max(int(b.mel.shape[2]) for b in data)
     sizes = TransformerSizes(trainable=sum(p.numel() for p in dit.parameters()), frozen=0, layers=cfg.depth,
-                             hidden=cfg.dim, vocab=cfg.mel_dim, tokens_per_sample=frames,
+                             hidden=cfg.dim, vocab=0, tokens_per_sample=frames,
                              extra_saved_per_token=EXTRA_SAVED_PER_TOKEN)
-    return MethodInfo("f5_tts", sizes, optimizer_state_bytes=8)
+    buffers = sum(b.numel() * b.element_size() for b in dit.buffers())
+    return F5MethodInfo("f5_tts", sizes, optimizer_state_bytes=8, buffer_bytes=buffers,
+                        input_per_token=input_elements(cfg))
 
 
 def base_ema_state(folder: Path) -> tuple[int, bool]:
@@ -170,19 +198,31 @@ def base_ema_state(folder: Path) -> tuple[int, bool]:
 
 
 def training_loop(dit: DiT, data: list[F5Batch], tools: Tools, *, seed: int, lr: float, warmup_updates: int,
-                  total_updates: int, checkpoint: Path, ema_step: int = 0, ema_initted: bool = False,
-                  host_context: Any = None, options: str = "", save_every: int = 0) -> tuple[TrainLoop, F5Recipe]:
-    """The resumable loop over `data` with upstream's step (train_step.F5Recipe) under `tools`: the EMA
-    continues from (`ema_step`, `ema_initted`); with the host optimizer under mixed precision the device
-    weights are kept in the autocast dtype (their float32 master on the host)."""
+                  total_updates: int, checkpoint: Path, device: str | torch.device = "cpu", ema_step: int = 0,
+                  ema_initted: bool = False, host_context: Callable[[], Any] | None = None, options: str = "",
+                  save_every: int = 0) -> tuple[TrainLoop, F5Recipe]:
+    """The resumable loop over `data` with upstream's step (train_step.F5Recipe) under `tools`, for `dit`
+    held on the host in float32: the EMA and, with the host optimizer, the float32 master are taken from
+    those weights; under mixed precision with the host optimizer the device weights are their rounding to
+    the autocast dtype (nothing in float32 reaches the device). Then the weights are copied to `device`
+    (host-side work under `host_context`, so a simulated device counts only what the device holds)."""
+    host = host_context or nullcontext
+    params = list(dit.parameters())
+    with host(), torch.no_grad():
+        ema = EMA(dit, step=ema_step, initted=ema_initted, host_context=host)
+        half_device = tools.host_optimizer and tools.mixed_precision is not None
+        master = [p.detach().to(torch.float32, copy=True) for p in params] if half_device else None
+        if half_device:
+            for p in params:
+                p.data = p.data.to(tools.mixed_precision)
+    dit._apply(lambda t: t.to(device, copy=True))      # a copy even on the CPU: the device's own tensors
     dit.train()
     dit.requires_grad_(True)
-    ema = EMA(dit, step=ema_step, initted=ema_initted)
-    if tools.host_optimizer and tools.mixed_precision is not None:
-        with torch.no_grad():
-            for p in dit.parameters():
-                p.data = p.data.to(tools.mixed_precision)
     optimizer = make_optimizer(dit, tools, lr, host_context)
+    if master is not None:
+        with host(), torch.no_grad():
+            for view, full in zip(optimizer.views, master):
+                view.copy_(full)                          # the master keeps the base's float32 weights
     scheduler = make_scheduler(optimizer, warmup_updates, total_updates)
     recipe = F5Recipe(dit, optimizer, scheduler, ema, tools, seed=seed, job=options)
     loop = TrainLoop(dit, optimizer, data, None, tools, seed=seed, checkpoint=checkpoint, save_every=save_every,
@@ -216,9 +256,10 @@ def train_voice(job: F5Job, progress: Callable[[str, int, int, float | None], No
                f"batch_size={job.batch_size} seed={job.seed} preset={job.preset} lr={job.learning_rate} "
                f"warmup={job.warmup_updates}")
     checkpoint = Path(job.checkpoint) if job.checkpoint else base.parent / f".{job.save_name}.train-state.pt"
-    loop, recipe = training_loop(dit.to(device), data, tools, seed=job.seed, lr=job.learning_rate,
+    loop, recipe = training_loop(dit, data, tools, seed=job.seed, lr=job.learning_rate,
                                  warmup_updates=job.warmup_updates, total_updates=total, checkpoint=checkpoint,
-                                 ema_step=step, ema_initted=initted, host_context=host_context, options=options)
+                                 device=device, ema_step=step, ema_initted=initted, host_context=host_context,
+                                 options=options)
     if checkpoint.is_file():
         try:
             loop.resume()

@@ -28,7 +28,8 @@ numerics change named in the job's report.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,9 +258,12 @@ class EMA:
     buffers of a copy, `step` and `initted` continued from the base checkpoint (upstream loads them with
     the pretrained EMA state)."""
 
-    def __init__(self, dit: DiT, step: int = 0, initted: bool = False) -> None:
-        self.model = dit
-        self.shadow = {n: t.detach().to("cpu", torch.float32, copy=True) for n, t in self._tensors(dit)}
+    def __init__(self, dit: DiT, step: int = 0, initted: bool = False,
+                 host_context: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+        """The shadow weights live on the host (float32), built and updated under `host_context`."""
+        self.model, self.host_context = dit, host_context
+        with host_context():
+            self.shadow = {n: t.detach().to("cpu", torch.float32, copy=True) for n, t in self._tensors(dit)}
         self.step = torch.tensor(int(step))
         self.initted = torch.tensor(bool(initted))
 
@@ -281,8 +285,12 @@ class EMA:
         for n, t in self._tensors(self.model):
             self.shadow[n].copy_(t.detach())
 
-    @torch.no_grad()
     def update(self) -> None:
+        with self.host_context():
+            self._update()
+
+    @torch.no_grad()
+    def _update(self) -> None:
         step = int(self.step.item())
         self.step += 1
         if not self.initted.item():

@@ -190,3 +190,51 @@ def test_job_options_are_checked(root):
     with pytest.raises(ValueError, match="sovits_epochs"):
         make_job(**base, sovits_epochs=2)
     assert ENGINE.trainer is not None and ENGINE.trainer.presets == ("fast", "balanced", "low", "lowest")
+
+
+def synthetic(batch: int, frames: int, n: int = 2) -> list:
+    from mizuoto.nodes.f5_tts.train_step import F5Batch
+    g = torch.Generator().manual_seed(0)
+    return [F5Batch(torch.randn(batch, 100, frames, generator=g), torch.full((batch,), frames),
+                    torch.randint(0, 50, (batch, frames // 3), generator=g)) for _ in range(n)]
+
+
+def measured(root: Path, tmp_path: Path, preset: str, batch: int) -> tuple[int, float, float]:
+    """(peak bytes on the strict simulated device over two steps, the estimate in bytes, seconds per step);
+    the model is read on the host and training_loop copies it to the device (as the job does)."""
+    data_ = synthetic(batch, 120)
+    devices = DeviceService(simulate={"cpu": 1 << 34}, strict=True)
+    with devices.tracking("cpu") as tracker, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with devices.host():
+            dit = load_f5_tts(root / "tiny").dit
+        loop, _ = training_loop(dit, data_, resolve_tools(preset), seed=0, lr=1e-3, warmup_updates=1,
+                                total_updates=4, checkpoint=tmp_path / f"{preset}.pt", host_context=devices.host)
+        estimate = method_info(dit, data_).memory_bytes(preset, batch)
+        start = time.perf_counter()
+        loop.run(2)
+        per_step = (time.perf_counter() - start) / 2
+        del loop, dit
+    return tracker.peak_bytes, estimate, per_step
+
+
+@pytest.mark.parametrize("preset", ["fast", "balanced", "low", "lowest"])
+@pytest.mark.parametrize("batch", [2, 4])
+def test_estimate_covers_the_measured_peak(root, tmp_path, preset, batch):
+    peak, estimate, per_step = measured(root, tmp_path, preset, batch)
+    print(f"{preset} batch {batch}: estimate {estimate / 2**20:.2f} MB, measured peak {peak / 2**20:.2f} MB, "
+          f"{per_step:.3f} s/step")
+    assert peak <= estimate <= 1.6 * peak
+
+
+def test_estimate_follows_the_batch_and_the_tools(root):
+    bundle, _ = data(root)
+    info = method_info(bundle.dit, synthetic(2, 120))
+    assert info.memory_bytes("fast", 4) > info.memory_bytes("fast", 2)
+    assert info.memory_bytes("fast", 4) > info.memory_bytes("low", 4) > info.memory_bytes("lowest", 4)
+    params = sum(p.numel() for p in bundle.dit.parameters())
+    # the host AdamW takes the two moments (8 bytes) off the device, halves weights and grads (4 of 8 bytes)
+    # and needs no autocast copy of float32 weights (2 bytes)
+    assert info.memory_bytes("low", 1) - info.memory_bytes("lowest", 1) == pytest.approx(1.1 * 14 * params, abs=2)
+    fits, largest = info.fitting(info.memory_mb("lowest", 3) + 0.01, 3)
+    assert "lowest" in fits and "fast" not in fits and largest == 3
