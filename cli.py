@@ -221,7 +221,7 @@ def train(args: argparse.Namespace) -> int:
                                     **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}),
                                     **({"warmup_updates": args.warmup_updates} if args.warmup_updates is not None
                                        else {}))
-    except ValueError as e:
+    except (ValueError, TypeError) as e:     # TypeError: an option this engine's job does not take
         raise UsageError(str(e)) from None
     if args.preset not in spec.trainer.presets:
         raise UsageError(f"--preset {args.preset}: {args.engine} trains with {', '.join(spec.trainer.presets)}")

@@ -248,6 +248,9 @@ def make_scheduler(optimizer: torch.optim.Optimizer | HostAdamW, warmup_updates:
     """Trainer.train's warmup + linear decay, built in upstream's order (each constructor sets the rate)."""
     opt = optimizer.optimizer if isinstance(optimizer, HostAdamW) else optimizer
     decay_updates = total_updates - warmup_updates
+    if decay_updates == 0:      # upstream's decay LinearLR then divides by zero at its first step
+        raise ValueError(f"warmup_updates = {warmup_updates} equals the job's {total_updates} updates (epochs x batches), "
+                         "which upstream's schedule cannot run; give fewer warmup updates (or more epochs)")
     warmup = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1e-8, end_factor=1.0, total_iters=warmup_updates)
     decay = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=1e-8, total_iters=decay_updates)
     return torch.optim.lr_scheduler.SequentialLR(opt, schedulers=[warmup, decay], milestones=[warmup_updates])

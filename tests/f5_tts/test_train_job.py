@@ -238,3 +238,21 @@ def test_estimate_follows_the_batch_and_the_tools(root):
     assert info.memory_bytes("low", 1) - info.memory_bytes("lowest", 1) == pytest.approx(1.1 * 14 * params, abs=2)
     fits, largest = info.fitting(info.memory_mb("lowest", 3) + 0.01, 3)
     assert "lowest" in fits and "fast" not in fits and largest == 3
+
+
+def test_cli_train(root, capsys):
+    from mizuoto.cli import main
+    argv = ["train", "f5_tts", "--base", str(root / "tiny"), "--list", str(root.parent / "clips" / "list.txt"),
+            "--name", "from_cli", "--epochs", "1", "--batch-size", "2", "--learning-rate", "1e-3",
+            "--warmup-updates", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert f"voice: {root / 'from_cli'}" in out.out and "2/2 loss" in out.err
+    assert ENGINE.is_model_folder(root / "from_cli")
+    assert main(argv) == 2 and "already exists" in capsys.readouterr().err
+    assert main(argv[:-4] + ["--learning-rate", "2"]) == 2 and "learning_rate" in capsys.readouterr().err
+    assert main(["train", "gpt_sovits", "--base", str(root / "tiny"), "--list", "x", "--name", "y"]) == 2
+    capsys.readouterr()
+    argv[argv.index("--warmup-updates") + 1] = "2"
+    argv[argv.index("--name") + 1] = "other"
+    assert main(argv) == 2 and "warmup_updates = 2 equals the job's 2 updates" in capsys.readouterr().err
