@@ -8,10 +8,10 @@ $F5_TTS_REF_SITE or installed). accelerate is not needed: on one CPU process wit
 `Trainer.train`'s iteration is the loop below (accelerator.backward = loss.backward(), clip_grad_norm_ =
 torch's, `accumulate` a no-op with grad_accumulation_steps 1), with upstream's own CFM + DiT (dropout
 0.1), MelSpec, torchaudio Resample, convert_char_to_pinyin, collate_fn, AdamW(fused=True),
-LinearLR/SequentialLR and ema_pytorch.EMA (continued from the checkpoint's step 1200, initted).
+LinearLR/SequentialLR and ema_pytorch.EMA (continued from step 1199, initted: the second update lerps).
 
 Two steps: the first runs at the warmup's 1e-8 x lr, the second at the full rate (`WARMUP` = 1), and
-the EMA update at step 1200 lerps. Written (safetensors, OUT default fixtures/train_step.safetensors):
+the EMA update at step 1200 (the second) lerps. Written (safetensors, OUT default fixtures/train_step.safetensors):
 `init.*` (the DiT's weights), `mel`, `lens`, `text` (the collated batch: prepared data), `losses`,
 `lrs`, `after.*` (weights after the two steps), `ema.*` (the EMA's), metadata `texts`.
 """
@@ -45,9 +45,9 @@ from f5_tts.model.dataset import collate_fn  # noqa: E402
 from f5_tts.model.utils import convert_char_to_pinyin  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from f5_tts.tiny import ARCH, MEL, randomize, vocab_tokens  # noqa: E402  (tests/f5_tts/tiny.py)
-from f5_tts.train_case import (EMA_STEP, LR, SEED, STEPS, TEXTS, TOTAL, WARMUP, WEIGHT_SEED,  # noqa: E402
-                               clips)
+from f5_tts.tiny import MEL, randomize, vocab_tokens  # noqa: E402  (tests/f5_tts/tiny.py)
+from f5_tts.train_case import (EMA_STEP, LR, SEED, STEPS, TEXTS, TOTAL, TRAIN_ARCH, WARMUP,  # noqa: E402
+                               WEIGHT_SEED, clips)
 
 def main() -> None:
     if "ema_pytorch" not in sys.modules or not hasattr(sys.modules["ema_pytorch"], "__file__"):
@@ -55,7 +55,7 @@ def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "fixtures" / "train_step.safetensors"
     tokens = vocab_tokens()
     vocab = {t: i for i, t in enumerate(tokens)}
-    dit = DiT(**ARCH, text_num_embeds=len(tokens), mel_dim=MEL["n_mel_channels"])
+    dit = DiT(**TRAIN_ARCH, text_num_embeds=len(tokens), mel_dim=MEL["n_mel_channels"])
     cfm = CFM(transformer=dit, mel_spec_kwargs=dict(MEL), vocab_char_map=vocab)
     randomize(cfm, WEIGHT_SEED)
     init = {f"init.{k}": v.detach().clone().contiguous() for k, v in dit.state_dict().items()}

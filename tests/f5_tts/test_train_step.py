@@ -3,9 +3,9 @@
 From the same initial weights, clips, texts and seed: the prepared batch (mel, lengths, ids), the two
 steps' losses, the weights after them and the EMA's. Golden (recorded on another run of the reference
 venv, float32 CPU): the batch torch.equal (the same float32 ops on the same inputs), the losses within
-1e-5 relative and the weights within 1e-6 absolute (the second update moves weights by ~1e-3 (lr);
+1e-5 relative, the weights within 1e-6 absolute (the second update moves weights by ~1e-3 (lr);
 kernel-order rounding in the forward / backward changes an update by far less than a thousandth of
-that). Live (with $F5_TTS_REF_PYTHON, and $F5_TTS_REF_SITE for ema_pytorch): the script runs now on
+that) and the EMA's move from the initial weights (~1% of the update) within 0.1% of upstream's. Live (with $F5_TTS_REF_PYTHON, and $F5_TTS_REF_SITE for ema_pytorch): the script runs now on
 this machine and everything is torch.equal.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ import torch
 from safetensors import safe_open
 
 from f5_tts import train_case as recipe
-from f5_tts.tiny import ARCH, MEL, vocab_tokens, write_vocab
+from f5_tts.train_case import TRAIN_ARCH
+from f5_tts.tiny import MEL, vocab_tokens, write_vocab
 from mizuoto.nodes.blocks.vocoder import MelSpectrogramFeatures
 from mizuoto.nodes.f5_tts.model import DiT, DiTConfig
 from mizuoto.nodes.f5_tts.text import F5Tokenizer
@@ -47,7 +48,7 @@ def ours(tmp_path: Path, golden: dict[str, torch.Tensor], meta: dict[str, str]) 
     samples = [prepare_clip(wav, rate, text, mel, tokenizer, MEL["target_sample_rate"])
                for (wav, rate), text in zip(recipe.clips(), texts)]
     batch = collate(samples)
-    cfg = DiTConfig.from_arch(ARCH, mel_dim=MEL["n_mel_channels"], vocab_size=len(vocab_tokens()), source="tiny")
+    cfg = DiTConfig.from_arch(TRAIN_ARCH, mel_dim=MEL["n_mel_channels"], vocab_size=len(vocab_tokens()), source="tiny")
     dit = DiT(cfg)
     dit.load_state_dict({k[5:]: v for k, v in golden.items() if k.startswith("init.")})
     tools = resolve_tools("fast")
@@ -85,7 +86,8 @@ def compare(got: dict[str, object], golden: dict[str, torch.Tensor], exact: bool
         torch.testing.assert_close(losses, golden["losses"], rtol=1e-5, atol=0)
         for k in after:
             torch.testing.assert_close(got["after"][k], after[k], rtol=0, atol=1e-6, msg=k)
-            torch.testing.assert_close(got["ema"][k], ema[k], rtol=0, atol=1e-6, msg=k)
+            # the EMA moves by ~1% of the update: its move from the initial weights, to 0.1%
+            torch.testing.assert_close(got["ema"][k] - init[k], ema[k] - init[k], rtol=1e-3, atol=1e-9, msg=k)
 
 
 def test_two_steps_equal_the_golden_upstream_steps(tmp_path):

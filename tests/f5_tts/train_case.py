@@ -3,13 +3,18 @@ from __future__ import annotations
 
 import torch
 
+from f5_tts.tiny import ARCH
+
+# smaller than tiny.ARCH (a small golden file), every path still there: 2 blocks, one text ConvNeXt block
+TRAIN_ARCH = {**ARCH, "dim": 32, "depth": 2, "heads": 2, "dim_head": 16, "text_dim": 32, "conv_layers": 1}
+
 SEED = 1234          # torch.manual_seed and random.seed before the first step
 WEIGHT_SEED = 3      # tiny.randomize of every parameter
 LR = 1e-3
 WARMUP = 1           # the first update at 1e-8 x LR, the second at LR
 TOTAL = 4
 STEPS = 2
-EMA_STEP = 1200      # the base checkpoint's ema_pytorch step (initted): the update at step 1200 lerps
+EMA_STEP = 1199      # the base checkpoint's ema_pytorch step (initted): the second update (step 1200) lerps
 TEXTS = ["Hello world, F5.", "你好世界，今天天气很好。"]
 
 
