@@ -256,3 +256,32 @@ def test_cli_train(root, capsys):
     argv[argv.index("--warmup-updates") + 1] = "2"
     argv[argv.index("--name") + 1] = "other"
     assert main(argv) == 2 and "warmup_updates = 2 equals the job's 2 updates" in capsys.readouterr().err
+
+
+def test_train_voice_node(root, monkeypatch):
+    """Dataset -> Train Voice with engine f5_tts, its entry called in this process (tests/training covers the
+    spawn): the F5-TTS options reach the job, the new model comes back loaded, with its loss curve."""
+    from mizuoto.nodes.pack import train_nodes
+    from mizuoto.nodes.pack.pipeline import LoadedModel
+    from mizuoto.nodes.pack.train_nodes import MizuotoTrainingDataset, MizuotoTrainVoice
+
+    models = root.parent / "models"
+    (models / "f5_tts").mkdir(parents=True)
+    (models / "f5_tts" / "tiny").symlink_to(root / "tiny")
+    monkeypatch.setenv("MIZUOTO_MODELS_DIR", str(models))
+    jobs = []
+
+    def in_process(target, kwargs, env, timeout=None, progress=None, interrupted=None):
+        jobs.append(kwargs["job"])
+        return target(**kwargs, progress=progress, interrupted=interrupted)
+    monkeypatch.setattr(train_nodes, "run_in_process", in_process)
+    inputs = MizuotoTrainVoice.INPUT_TYPES()
+    assert "f5_tts" in inputs["required"]["engine"][0] and "lowest" in inputs["required"]["preset"][0]
+    (dataset,) = MizuotoTrainingDataset().read(str(root.parent / "clips" / "list.txt"), "")
+    model, curve = MizuotoTrainVoice().train("f5_tts", "tiny", dataset, "lowest", 1, 2, 3, "node_model",
+                                             learning_rate=1e-3, warmup_updates=1)
+    assert isinstance(model, LoadedModel) and ENGINE.is_model_folder(models / "f5_tts" / "node_model")
+    assert jobs[0].learning_rate == 1e-3 and jobs[0].warmup_updates == 1 and jobs[0].preset == "lowest"
+    assert curve.shape[-1] == 3
+    with pytest.raises(ValueError, match="sovits_epochs"):
+        MizuotoTrainVoice().train("f5_tts", "tiny", dataset, "fast", 1, 2, 3, "other", sovits_epochs=2)
