@@ -217,8 +217,11 @@ def train(args: argparse.Namespace) -> int:
                                     audio_dir=Path(args.audio_dir) if args.audio_dir else None, epochs=args.epochs,
                                     batch_size=args.batch_size, seed=args.seed, preset=args.preset, device=args.device,
                                     **({"sovits_epochs": args.sovits_epochs} if args.sovits_epochs else {}),
-                                    **({"discriminator": Path(args.discriminator)} if args.discriminator else {}))
-    except ValueError as e:
+                                    **({"discriminator": Path(args.discriminator)} if args.discriminator else {}),
+                                    **({"learning_rate": args.learning_rate} if args.learning_rate is not None else {}),
+                                    **({"warmup_updates": args.warmup_updates} if args.warmup_updates is not None
+                                       else {}))
+    except (ValueError, TypeError) as e:     # TypeError: an option this engine's job does not take
         raise UsageError(str(e)) from None
     if args.preset not in spec.trainer.presets:
         raise UsageError(f"--preset {args.preset}: {args.engine} trains with {', '.join(spec.trainer.presets)}")
@@ -562,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=verify)
     p = sub.add_parser("train", help="fine-tune a voice from a folder of clips and a list file "
                                      "(path|speaker|language|text) into a new voice folder")
-    p.add_argument("engine", help="the engine (gpt_sovits)")
+    p.add_argument("engine", help="the engine (gpt_sovits, f5_tts)")
     p.add_argument("--base", required=True, help="the base voice folder (models/TTS/gpt_sovits/<voice>)")
     p.add_argument("--list", required=True, help="the list file: path|speaker|language|text per clip")
     p.add_argument("--audio-dir", help="the clips' folder (each path's base name inside it, as upstream)")
@@ -572,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="SoVITS epochs after the GPT's (upstream's webui: 8; default 0 keeps the base SoVITS)")
     p.add_argument("--discriminator", default=None,
                    help="a pretrained s2D*.pth for the SoVITS stage (default: seeded initialisation)")
+    p.add_argument("--learning-rate", type=float, default=None,
+                   help="F5-TTS: AdamW's rate (default finetune_cli's 1e-5)")
+    p.add_argument("--warmup-updates", type=int, default=None,
+                   help="F5-TTS: linear warmup updates (default finetune_cli's 20000)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--preset", default="fast", help="memory preset: fast (upstream's recipe), balanced, low")

@@ -95,18 +95,19 @@ class HostAdamW:
     read by `step()`, which then writes the rounded new weights into them and clears the grads. A
     parameter with no gradient is skipped that step, as torch.optim.AdamW skips it (no decay, no moments).
     `host_context` (e.g. `DeviceService.host`) wraps every piece of host-side work: building the buffers,
-    `step`, `state_dict`, `load_state_dict`.
+    `step`, `state_dict`, `load_state_dict`. `fused` runs torch's fused AdamW kernel over the master
+    (default: the single-tensor one).
     """
 
     def __init__(self, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 host_context: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+                 host_context: Callable[[], AbstractContextManager[Any]] = nullcontext, fused: bool = False) -> None:
         self.host_context = host_context
         with host_context():
-            self._build(params, lr, betas, eps, weight_decay)
+            self._build(params, lr, betas, eps, weight_decay, fused)
 
     def _build(self, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]], lr: float,
-               betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+               betas: tuple[float, float], eps: float, weight_decay: float, fused: bool = False) -> None:
         given = list(params)
         groups = given if given and isinstance(given[0], Mapping) else [{"params": given}]
         groups = [{**g, "params": [p for p in g["params"] if p.requires_grad]} for g in groups]
@@ -144,8 +145,9 @@ class HostAdamW:
         for g in groups:
             view_groups.append({**g, "params": masters[at:at + len(g["params"])]})
             at += len(g["params"])
+        # fused: the CPU kernel a recipe's AdamW(fused=True) runs (F5-TTS), so float32 device weights still equal it
         self.optimizer = torch.optim.AdamW(view_groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                           foreach=False)
+                                           foreach=False, fused=fused)
 
     @property
     def param_groups(self) -> list[dict]:

@@ -3,7 +3,7 @@ its own process with the device held, and outputs the new voice (ready for Speak
 
     Training Dataset (Mizuoto)   list_file (path|speaker|language|text), audio_folder -> MIZUOTO_DATASET
     Train Voice (Mizuoto)        engine, base_model, dataset, preset, gpt_epochs, batch_size, seed,
-                                 save_name (+ sovits_epochs) -> MIZUOTO_TTS (the new voice), IMAGE (loss
+                                 save_name (+ sovits_epochs; F5-TTS: learning_rate, warmup_updates) -> MIZUOTO_TTS (the new voice), IMAGE (loss
                                  per step: the GPT's, then the SoVITS generator's)
 
 The job (nodes/gpt_sovits/train.py) runs through `training.job.run_in_process` with the allocator
@@ -159,9 +159,10 @@ class MizuotoTrainVoice:
                                               "known pretrained model (downloaded first)"}),
             "dataset": ("MIZUOTO_DATASET",),
             "preset": (presets, {"default": "fast", "tooltip": "fast: upstream's recipe exactly; balanced: "
-                                 "bf16 autocast; low: also gradient checkpointing"}),
+                                 "bf16 autocast; low: also gradient checkpointing; lowest (F5-TTS): also AdamW on the CPU"}),
             "gpt_epochs": ("INT", {"default": 15, "min": 0, "max": 10_000,
-                                    "tooltip": "0 trains the SoVITS stage alone"}),
+                                    "tooltip": "epochs (GPT-SoVITS: of the GPT stage; 0 trains the SoVITS stage "
+                                               "alone)"}),
             "batch_size": ("INT", {"default": 8, "min": 1, "max": 512}),
             "seed": ("INT", {"default": 1234, "min": 0, "max": 2**31 - 1}),
             "save_name": ("STRING", {"default": "my_voice"}),
@@ -169,11 +170,16 @@ class MizuotoTrainVoice:
             "sovits_epochs": ("INT", {"default": 0, "min": 0, "max": 10_000,
                                       "tooltip": "epochs of the SoVITS stage after the GPT's (upstream's webui: 8); "
                                                  "0 keeps the base voice's SoVITS"}),
+            "learning_rate": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 1.0, "step": 1e-6,
+                                        "tooltip": "F5-TTS: AdamW's rate (0: finetune_cli's 1e-5)"}),
+            "warmup_updates": ("INT", {"default": -1, "min": -1, "max": 10_000_000,
+                                       "tooltip": "F5-TTS: linear warmup updates (-1: finetune_cli's 20000; with "
+                                                  "a small dataset fewer, or the rate stays near 0)"}),
         }, "hidden": {"unique_id": "UNIQUE_ID"}}
 
     def train(self, engine: str, base_model: str, dataset: TrainingDataset, preset: str, gpt_epochs: int,
               batch_size: int, seed: int, save_name: str, unique_id: Any = None,
-              sovits_epochs: int = 0) -> tuple[Any, Any]:
+              sovits_epochs: int = 0, learning_rate: float = 0.0, warmup_updates: int = -1) -> tuple[Any, Any]:
         from ...runtime.allocator import allocator_env
 
         specs = trainable()
@@ -192,7 +198,10 @@ class MizuotoTrainVoice:
         job = spec.trainer.make_job(base=base, list_file=dataset.list_file, save_name=save_name,
                                     audio_dir=dataset.audio_dir, epochs=gpt_epochs, batch_size=batch_size, seed=seed,
                                     preset=preset, device=str(device), **({"sovits_epochs": sovits_epochs}
-                                                                           if sovits_epochs else {}))
+                                                                           if sovits_epochs else {}),
+                                    # F5-TTS's own options, passed only when set (other methods refuse them)
+                                    **({"learning_rate": learning_rate} if learning_rate else {}),
+                                    **({"warmup_updates": warmup_updates} if warmup_updates >= 0 else {}))
         bar = progress_bar(unique_id)
 
         def progress(stage: str, done: int, total: int, loss: float | None) -> None:
