@@ -1,0 +1,145 @@
+"""Upstream CosyVoice 2's / 3's `inference_zero_shot(..., stream=True)` pieces on the tiny folders, recorded for
+tests/cosyvoice/test_stream.py.
+
+    "$REF_VENV"/bin/python tests/cosyvoice/make_stream_fixtures.py "$COSYVOICE_REPO" "$WETEXT_FSTS" [--out FILE]
+
+The same folders, reference, transcripts, seeds and text front end as make_pipeline_fixtures.py (its CASES /
+CASES_V3 zh_date and en_numbers), the same stand-ins (Qwen2Encoder from the tiny config, soundfile for
+torchaudio.load), and upstream's own code otherwise unchanged, with two things fixed that upstream leaves to
+timing or history:
+
+- The LM runs ahead of the hops: upstream's `tts(stream=True)` runs `llm_job` in a thread and polls its
+  tokens every 0.1 s; which tokens each hop reads does not depend on the timing (a hop takes a fixed prefix),
+  but CosyVoice 2's HiFT draws its NSF noise from the same global torch RNG as the LM's sampling, so the
+  draws interleave as the threads happen to run. Here `threading.Thread.start` in cosyvoice.cli.model runs
+  the LM to its end at once (and the 0.1 s sleep is skipped): every LM draw comes before every HiFT draw,
+  the order the engine takes (its LM phase ends before the first hop). CosyVoice 3's HiFT draws nothing.
+- `model.model.token_hop_len` is set back to 25 before each case: upstream doubles this model attribute per
+  hop (up to 100) and never resets it, so a segment starts at the hop length the previous one ended at, and a
+  request at the one the previous request left (a freshly loaded model starts at 25). The engine starts each
+  request at 25 and carries it over between segments, as within one upstream call.
+
+Writes fixtures/stream_v2.pt and stream_v3.pt: per case the segments, prompt text, each segment's tokens
+and the pieces upstream yielded, in order (float32 for v2's zh_date, float16 for the others).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+import types
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))   # a script, never imported by the tests
+
+import tiny  # noqa: E402
+
+NAMES = ("zh_date", "en_numbers")
+FULL = ((2, "zh_date"),)    # stored in float32; the others in float16 (<= 2.5e-4 of the audio's scale)
+
+
+def main(repo: Path, fsts: Path, out_dir: Path | None = None) -> None:
+    import make_fixtures
+    import make_pipeline_fixtures as pipe
+    import make_segment_fixtures
+    make_segment_fixtures.wetext_stand_in(fsts)
+    make_fixtures.setup_upstream(repo)
+    import soundfile
+    import torchaudio
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import cosyvoice.cli.model as model_mod
+    import cosyvoice.llm.llm as llm_mod
+    from cosyvoice.cli.cosyvoice import CosyVoice2, CosyVoice3
+    from cosyvoice.utils.common import set_all_random_seed
+
+    def qwen_init(self, pretrain_path):
+        torch.nn.Module.__init__(self)
+        self.model = Qwen2ForCausalLM(Qwen2Config.from_pretrained(pretrain_path))
+
+    def load(path, *args, **kwargs):
+        data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        return torch.from_numpy(data.T.copy()), rate
+
+    class LMFirst:
+        """threading.Thread as cli/model.py uses it, the target run to its end by start()."""
+
+        def __init__(self, target, args=()):
+            self.target, self.args = target, args
+
+        def start(self):
+            self.target(*self.args)
+
+        def join(self):
+            pass
+
+    llm_mod.Qwen2Encoder.__init__ = qwen_init
+    torchaudio.load = load
+    # only cli/model.py's names: the modules themselves stay as they are for everyone else
+    model_mod.threading = types.SimpleNamespace(Thread=LMFirst, Lock=threading.Lock)
+    model_mod.time = types.SimpleNamespace(sleep=lambda seconds: None, time=time.time)
+    torch.set_num_threads(1)
+    for version in (2, 3):
+        out: dict[str, dict] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            if version == 2:
+                folder = tiny.write_folder(Path(tmp) / "tiny-v2", 2, end_bias=pipe.END_BIAS)
+            else:
+                folder = tiny.write_folder(Path(tmp) / "tiny-v3", 3, real_ids=True)
+            wav_path = Path(tmp) / "reference.wav"
+            soundfile.write(wav_path, tiny.stereo_reference().T.numpy(), 44100, subtype="FLOAT")
+            model = (CosyVoice2 if version == 2 else CosyVoice3)(str(folder))
+            model.model.llm.eval(), model.model.flow.eval(), model.model.hift.eval()
+            seen: dict[str, list] = {}
+            frontend_zero_shot, tts, llm_job = model.frontend.frontend_zero_shot, model.model.tts, model.model.llm_job
+
+            def record_frontend(tts_text, prompt_text, *a, **k):
+                seen["segments"].append(tts_text)
+                seen["prompt_text"] = prompt_text
+                return frontend_zero_shot(tts_text, prompt_text, *a, **k)
+
+            def record_llm(text, prompt_text, prompt_speech, embedding, uuid):
+                llm_job(text, prompt_text, prompt_speech, embedding, uuid)
+                seen["tokens"].append(torch.tensor(model.model.tts_speech_token_dict[uuid]))
+
+            def record_tts(*a, **k):
+                seen["pieces"].append([])
+                for piece in tts(*a, **k):
+                    seen["pieces"][-1].append(piece["tts_speech"][0].clone())
+                    yield piece
+
+            model.frontend.frontend_zero_shot, model.model.tts, model.model.llm_job = record_frontend, record_tts, record_llm
+            for name, text, transcript, seed in (pipe.CASES if version == 2 else pipe.CASES_V3):
+                if name not in NAMES:
+                    continue
+                seen.update(segments=[], tokens=[], pieces=[])
+                prompt_arg = transcript if version == 2 else pipe.V3_SYSTEM + transcript
+                model.model.token_hop_len = 25        # a freshly loaded model's
+                set_all_random_seed(seed)
+                for _ in model.inference_zero_shot(text, prompt_arg, str(wav_path), stream=True):
+                    pass
+                pieces = [[p if (version, name) in FULL else p.half() for p in seg] for seg in seen["pieces"]]
+                out[name] = {"text": text, "reference_text": transcript, "seed": seed,
+                             "segments": list(seen["segments"]), "prompt_text": seen["prompt_text"],
+                             "tokens": list(seen["tokens"]), "pieces": pieces}
+                print(version, name, seen["segments"], [len(t) for t in seen["tokens"]],
+                      [[p.numel() for p in seg] for seg in seen["pieces"]])
+        torch.save(out, (out_dir or tiny.FIXTURES) / f"stream_v{version}.pt")
+
+
+if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("repo", nargs="?", default=os.environ.get("COSYVOICE_REPO"))
+    parser.add_argument("fsts", nargs="?", default=os.environ.get("WETEXT_FSTS"))
+    parser.add_argument("--out", type=Path, default=None, help="a folder to write to instead of fixtures/")
+    args = parser.parse_args()
+    if not args.repo or not args.fsts:
+        sys.exit("make_stream_fixtures.py needs CosyVoice's source and wetext 0.1.8's fsts folder: pass them or "
+                 "set $COSYVOICE_REPO and $WETEXT_FSTS")
+    main(Path(args.repo), Path(args.fsts), args.out)
