@@ -17,7 +17,10 @@ Inference (upstream non-streaming `inference(..., streaming=False, finalize=True
 tokens are encoded together, the prompt's mel is the condition of its frames, 10 cosine-scheduled Euler
 steps with CFG 0.7 (batch of 2: conditioned and unconditioned), the prompt's frames cut off. Attention
 masks of a single full-length utterance are all-true upstream (additive zeros / no-op fills), so they
-are left out here; the parity fixtures check that this changes no bit.
+are left out here; the parity fixtures check that this changes no bit. A hop of upstream's stream=True
+(`mel(..., streaming=True, finalize=False)`) adds upstream's block-causal chunk masks (`chunk_mask`: the v2
+encoder's `static_chunk_size` tokens, twice that after its upsampling, the estimators' in mel frames) and
+reads the last pre_lookahead_len tokens only as the look-ahead layer's context.
 
 Upstream CosyVoice draws the initial noise from a 1x80x15000 buffer made with seed 0 at construction; we
 draw the same-shaped buffer from the request's generator (seed 0 reproduces upstream) and take its first
