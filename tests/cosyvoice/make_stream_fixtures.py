@@ -19,7 +19,8 @@ timing or history:
   request at the one the previous request left (a freshly loaded model starts at 25). The engine starts each
   request at 25 and carries it over between segments, as within one upstream call.
 
-Writes fixtures/stream_v2.pt and stream_v3.pt: per case the segments, prompt text, each segment's tokens
+Also writes fixtures/stream_parts_v{2,3}.pt (`parts`: each streaming piece of the flow and HiFT alone, float32
+and float64). Writes fixtures/stream_v2.pt and stream_v3.pt: per case the segments, prompt text, each segment's tokens
 and the pieces upstream yielded, in order (float32 for v2's zh_date, float16 for the others).
 """
 from __future__ import annotations
@@ -130,6 +131,73 @@ def main(repo: Path, fsts: Path, out_dir: Path | None = None) -> None:
                 print(version, name, seen["segments"], [len(t) for t in seen["tokens"]],
                       [[p.numel() for p in seg] for seg in seen["pieces"]])
         torch.save(out, (out_dir or tiny.FIXTURES) / f"stream_v{version}.pt")
+    for version in (2, 3):
+        with tempfile.TemporaryDirectory() as tmp:
+            parts(version, Path(tmp), out_dir or tiny.FIXTURES)
+
+
+def parts(version: int, work: Path, out_dir: Path) -> None:
+    """fixtures/stream_parts_v{2,3}.pt: upstream's streaming pieces one by one, in float32 and float64
+    (make_fixtures.float64_run, the seeded weights of make_fixtures.run_version): a flow hop
+    `inference(streaming=True, finalize=False)` over 10 prompt + 60 tokens (chunk masks across 2+ chunks),
+    v3's HiFT `inference(finalize=False)`, v2's HiFT `inference(cache_source=...)`."""
+    import json
+
+    import make_fixtures
+    folder = work / f"v{version}"
+    tiny.write_folder(folder, version, keys={"llm": {}, "flow": {}, "hift": {}})
+    _, flow, hift = make_fixtures.build_upstream(version, folder / "CosyVoice-BlankEN")
+    keys = json.loads((tiny.FIXTURES / f"keys_v{version}.json").read_text())
+    flow.load_state_dict(tiny.seeded_state(keys["flow"]), strict=True)
+    hift.load_state_dict(tiny.seeded_state(keys["hift"]), strict=True)
+    g = torch.Generator().manual_seed(100 + version)
+    token = torch.randint(0, 6561, (1, 60), generator=g, dtype=torch.int32)
+    prompt_token = torch.randint(0, 6561, (1, 10), generator=g, dtype=torch.int32)
+    prompt_feat = torch.randn(1, 20, 80, generator=g)
+    embedding = torch.randn(1, 192, generator=g)
+    n = lambda t: torch.tensor([t.shape[1]], dtype=torch.int32)     # noqa: E731
+    out: dict[str, object] = {"flow.token": token, "flow.prompt_token": prompt_token, "flow.prompt_feat": prompt_feat,
+                              "flow.embedding": embedding}
+    mel, _ = flow.inference(token=token, token_len=n(token), prompt_token=prompt_token, prompt_token_len=n(prompt_token),
+                            prompt_feat=prompt_feat, prompt_feat_len=n(prompt_feat), embedding=embedding,
+                            streaming=True, finalize=False)
+    flow64 = make_fixtures.to_float64(flow)
+    with make_fixtures.float64_run():
+        mel64, _ = flow64.inference(token=token, token_len=n(token), prompt_token=prompt_token,
+                                    prompt_token_len=n(prompt_token), prompt_feat=prompt_feat.double(),
+                                    prompt_feat_len=n(prompt_feat), embedding=embedding.double(),
+                                    streaming=True, finalize=False)
+    assert mel64.dtype == torch.float64
+    frames = mel.shape[2] + prompt_feat.shape[1]
+    out.update({"flow.mel": mel, "flow.mel.f64": mel64, "flow.noise": flow.decoder.rand_noise[:, :, :frames].clone()})
+
+    hmel = torch.randn(1, 80, 30, generator=g) * 2 - 4
+    seed = 5
+    hift64 = make_fixtures.to_float64(hift)
+    if version == 3:
+        hg = torch.Generator().manual_seed(seed)
+        rand_ini = torch.rand((1, 9), generator=hg)
+        rand_ini[:, 0] = 0
+        sine = hift.m_source.l_sin_gen
+        sine.rand_ini, sine.sine_waves = rand_ini, torch.rand((1, 30 * 480, 9), generator=hg)
+        speech, _ = hift.inference(speech_feat=hmel, finalize=False)
+        sine64 = hift64.m_source.l_sin_gen
+        sine64.rand_ini, sine64.sine_waves = sine.rand_ini.clone(), sine.sine_waves.clone()
+        with make_fixtures.float64_run():
+            speech64, _ = hift64.inference(speech_feat=hmel.double(), finalize=False)
+    else:
+        cache = torch.randn(1, 1, 8 * 480, generator=g) * 0.1
+        out["hift.cache_source"] = cache
+        torch.manual_seed(seed)
+        speech, source = hift.inference(speech_feat=hmel, cache_source=cache)
+        assert torch.equal(source[:, :, :cache.shape[2]], cache)
+        torch.manual_seed(seed)
+        with make_fixtures.float64_run():
+            speech64, _ = hift64.inference(speech_feat=hmel.double(), cache_source=cache.double())
+    assert speech64.dtype == torch.float64
+    out.update({"hift.mel": hmel, "hift.seed": torch.tensor(seed), "hift.speech": speech, "hift.speech.f64": speech64})
+    torch.save(out, out_dir / f"stream_parts_v{version}.pt")
+    print(f"parts v{version}:", {k: list(v.shape) for k, v in out.items() if isinstance(v, torch.Tensor)})
 
 
 if __name__ == "__main__":

@@ -146,3 +146,56 @@ def test_upstream_stream_refuses_a_speed(models):
     with pytest.raises(ValueError, match="speed"):
         speak(models[2], SpeakRequest("晴。", seed=1, reference=reference, reference_text="我在说。", speed=1.5,
                                       options={"upstream_stream": True}))
+
+
+# ---- each streaming piece alone, float64 and float32 (fixtures/stream_parts_v*.pt) ----------------------
+# fp32 bounds as test_fixtures.py's (flow 1e-5, HiFT 1e-2: the same modules, the same kernels); float64 at
+# golden.F64_BOUND. Measured on the recording machine: 0 in both (torch.equal), as the plain flow there.
+PARTS = {v: torch.load(FIXTURES / f"stream_parts_v{v}.pt", weights_only=True) for v in (2, 3)}
+
+
+@pytest.fixture(scope="module", params=[(2, torch.float32), (2, torch.float64), (3, torch.float32), (3, torch.float64)],
+                ids=["v2-f32", "v2-f64", "v3-f32", "v3-f64"])
+def bundle(request, tmp_path_factory):
+    from mizuoto.nodes.cosyvoice.loader import load_cosyvoice
+    from cosyvoice.tiny import write_folder
+    version, dtype = request.param
+    folder = write_folder(tmp_path_factory.mktemp(f"parts{version}"), version)
+    return version, dtype, load_cosyvoice(folder, dtype)
+
+
+@pytest.mark.golden
+def test_a_flow_hop_equals_upstreams_streaming_inference(bundle, monkeypatch):
+    # 10 prompt + 60 tokens: the chunk masks cut 70 tokens (and 134 frames) into three chunks
+    import mizuoto.nodes.blocks.s3gen_flow as flow_module
+    version, dtype, b = bundle
+    e = PARTS[version]
+    monkeypatch.setattr(flow_module, "flow_noise", lambda frames, generator: e["flow.noise"][:, :, :frames])
+    mel = b.flow.mel(e["flow.token"].long(), e["flow.prompt_token"].long(), e["flow.prompt_feat"].to(dtype),
+                     e["flow.embedding"].to(dtype), None, streaming=True, finalize=False)
+    assert mel.dtype == dtype and mel.shape == e["flow.mel"].shape
+    if dtype == torch.float64:
+        golden.assert_f64(mel, e["flow.mel.f64"], f"v{version} flow hop (f64)")
+    else:
+        golden.assert_close(mel, e["flow.mel"], 1e-5, f"v{version} flow hop (fp32)")
+    monkeypatch.undo()      # the full-context mel needs 6 frames more of the seed-0 noise
+    full = b.flow.mel(e["flow.token"].long(), e["flow.prompt_token"].long(), e["flow.prompt_feat"].to(dtype),
+                      e["flow.embedding"].to(dtype), torch.Generator().manual_seed(0))[:, :, :mel.shape[2]]
+    assert (full - mel).abs().max() > 1e-3 * mel.abs().max()      # the hop is not the full-context mel
+
+
+@pytest.mark.golden
+def test_a_hift_hop_equals_upstreams_streaming_inference(bundle):
+    version, dtype, b = bundle
+    e = PARTS[version]
+    g = torch.Generator().manual_seed(int(e["hift.seed"]))
+    if version == 3:
+        wav, _ = b.hift.stream(e["hift.mel"].to(dtype), g, finalize=False)
+    else:
+        wav, source = b.hift.stream(e["hift.mel"].to(dtype), g, e["hift.cache_source"].to(dtype))
+        assert torch.equal(source[:, :, :e["hift.cache_source"].shape[2]], e["hift.cache_source"].to(dtype))
+    assert wav.shape == e["hift.speech"].shape
+    if dtype == torch.float64:
+        golden.assert_f64(wav, e["hift.speech.f64"], f"v{version} HiFT hop (f64)")
+    else:
+        golden.assert_close(wav, e["hift.speech"], 1e-2, f"v{version} HiFT hop (fp32)")
