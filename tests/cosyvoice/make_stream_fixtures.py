@@ -19,7 +19,8 @@ timing or history:
   request at the one the previous request left (a freshly loaded model starts at 25). The engine starts each
   request at 25 and carries it over between segments, as within one upstream call.
 
-Also writes fixtures/stream_parts_v{2,3}.pt (`parts`: each streaming piece of the flow and HiFT alone, float32
+Also writes fixtures/stream_hops_v{2,3}.pt (`hop_loop`: upstream's hop loop alone, from fixed inputs) and
+fixtures/stream_parts_v{2,3}.pt (`parts`: each streaming piece of the flow and HiFT alone, float32
 and float64). Writes fixtures/stream_v2.pt and stream_v3.pt: per case the segments, prompt text, each segment's tokens
 and the pieces upstream yielded, in order (float32 for v2's zh_date, float16 for the others).
 """
@@ -41,6 +42,7 @@ sys.path.insert(0, str(HERE))   # a script, never imported by the tests
 import tiny  # noqa: E402
 
 NAMES = ("zh_date", "en_numbers")
+HOP_TOKENS, HOP_SEED = 92, 3     # hop_loop: 92 tokens after 37 prompt tokens make hops of 38 and 50 and a last piece
 FULL = ((2, "zh_date"),)    # stored in float32; the others in float16 (<= 2.5e-4 of the audio's scale)
 
 
@@ -102,7 +104,8 @@ def main(repo: Path, fsts: Path, out_dir: Path | None = None) -> None:
             def record_frontend(tts_text, prompt_text, *a, **k):
                 seen["segments"].append(tts_text)
                 seen["prompt_text"] = prompt_text
-                return frontend_zero_shot(tts_text, prompt_text, *a, **k)
+                seen["inputs"].append(frontend_zero_shot(tts_text, prompt_text, *a, **k))
+                return seen["inputs"][-1]
 
             def record_llm(text, prompt_text, prompt_speech, embedding, uuid):
                 llm_job(text, prompt_text, prompt_speech, embedding, uuid)
@@ -118,7 +121,7 @@ def main(repo: Path, fsts: Path, out_dir: Path | None = None) -> None:
             for name, text, transcript, seed in (pipe.CASES if version == 2 else pipe.CASES_V3):
                 if name not in NAMES:
                     continue
-                seen.update(segments=[], tokens=[], pieces=[])
+                seen.update(segments=[], tokens=[], pieces=[], inputs=[])
                 prompt_arg = transcript if version == 2 else pipe.V3_SYSTEM + transcript
                 model.model.token_hop_len = 25        # a freshly loaded model's
                 set_all_random_seed(seed)
@@ -130,10 +133,28 @@ def main(repo: Path, fsts: Path, out_dir: Path | None = None) -> None:
                              "tokens": list(seen["tokens"]), "pieces": pieces}
                 print(version, name, seen["segments"], [len(t) for t in seen["tokens"]],
                       [[p.numel() for p in seg] for seg in seen["pieces"]])
+                if name == "en_numbers":
+                    hops = hop_loop(tts, seen["inputs"][0], seen["tokens"][0][:HOP_TOKENS], model.model)
         torch.save(out, (out_dir or tiny.FIXTURES) / f"stream_v{version}.pt")
+        torch.save(hops, (out_dir or tiny.FIXTURES) / f"stream_hops_v{version}.pt")
     for version in (2, 3):
         with tempfile.TemporaryDirectory() as tmp:
             parts(version, Path(tmp), out_dir or tiny.FIXTURES)
+
+
+def hop_loop(tts, inputs: dict, tokens: torch.Tensor, model) -> dict:
+    """fixtures/stream_hops_v{2,3}.pt: upstream's `tts(stream=True)` hop loop alone, from upstream's own
+    flow prompt (speech tokens, mel, x-vector of the first en_numbers segment) and HOP_TOKENS of its speech
+    tokens (given as `source_speech_token`, upstream's voice-conversion entry: no LM runs), the global RNG
+    seeded with HOP_SEED just before (v2's HiFT noise starts there), the pieces in float32."""
+    prompt = {k: inputs[k] for k in ("flow_prompt_speech_token", "prompt_speech_feat", "flow_embedding")}
+    model.token_hop_len = 25
+    torch.manual_seed(HOP_SEED)
+    pieces = [p["tts_speech"][0].clone() for p in tts(source_speech_token=tokens[None].int(), stream=True, **prompt)]
+    print("hops", len(tokens), [p.numel() for p in pieces])
+    return {"tokens": tokens.long(), "prompt_token": prompt["flow_prompt_speech_token"].long(),
+            "prompt_feat": prompt["prompt_speech_feat"].float(), "embedding": prompt["flow_embedding"].float(),
+            "seed": torch.tensor(HOP_SEED), "pieces": pieces}
 
 
 def parts(version: int, work: Path, out_dir: Path) -> None:

@@ -199,3 +199,29 @@ def test_a_hift_hop_equals_upstreams_streaming_inference(bundle):
         golden.assert_f64(wav, e["hift.speech.f64"], f"v{version} HiFT hop (f64)")
     else:
         golden.assert_close(wav, e["hift.speech"], 1e-2, f"v{version} HiFT hop (fp32)")
+
+
+# ---- the hop loop alone from upstream's own inputs (fixtures/stream_hops_v*.pt) ---------------------------
+# Upstream's flow prompt and 92 speech tokens of its en_numbers run fed to the engine's hop loop (the flow
+# and HiFT phases, the caches and the cross-fade): measured 0 on the recording machine (torch.equal, fp32),
+# asserted at the plain HiFT bound, as fp32 kernels move with the CPU.
+HOPS = {v: torch.load(FIXTURES / f"stream_hops_v{v}.pt", weights_only=True) for v in (2, 3)}
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("version", [2, 3])
+def test_the_hop_loop_on_upstreams_inputs_equals_upstreams_pieces(models, version):
+    from mizuoto.nodes.pack.engine import Chunk
+    e = HOPS[version]
+    prompt = {"speech_tokens": e["prompt_token"], "speech_feat": e["prompt_feat"], "embedding": e["embedding"]}
+    handed: list[tuple[int, torch.Tensor]] = []
+    chunk = Chunk(text="-", seed=0, emit=lambda samples, start: handed.append((start, samples)))
+    with models[version].using() as engine, engine.manager.request(seed=0) as ctx:
+        ctx.generator.manual_seed(int(e["seed"]))          # upstream: torch.manual_seed just before tts()
+        wav = engine.stream_chunk(ctx, chunk, e["tokens"].tolist(), prompt)
+    assert [p.numel() for _, p in handed] == [p.numel() for p in e["pieces"]] and len(handed) == 3
+    assert [start for start, _ in handed] == [0, *torch.tensor([p.numel() for p in e["pieces"]]).cumsum(0)[:-1].tolist()]
+    for k, ((_, got), want) in enumerate(zip(handed, e["pieces"])):
+        golden.assert_close(got, want, 1e-2, f"v{version} hop {k}")
+    assert torch.equal(wav, torch.cat([p for _, p in handed]))
+    assert chunk.cache["cosyvoice.stream_hop"] == 100        # 25 -> 50 -> 100 for the next segment
