@@ -79,6 +79,8 @@ class _Resolver:
             if not isinstance(factor, int) or isinstance(factor, bool):
                 return text
             total *= factor
+            if abs(total) > 1 << 31:        # no config size is this large: the field's check then names it
+                return text
         return total
 
 

@@ -225,3 +225,14 @@ def test_the_hop_loop_on_upstreams_inputs_equals_upstreams_pieces(models, versio
         golden.assert_close(got, want, 1e-2, f"v{version} hop {k}")
     assert torch.equal(wav, torch.cat([p for _, p in handed]))
     assert chunk.cache["cosyvoice.stream_hop"] == 100        # 25 -> 50 -> 100 for the next segment
+
+
+def test_the_yaml_reader_computes_upstreams_chunk_size_products(tmp_path):
+    from mizuoto.nodes.cosyvoice.config import read_hyperpyyaml
+    path = tmp_path / "c.yaml"
+    path.write_text("chunk_size: 25\nratio: 2\nbig: 100000\nflow:\n  a: !ref <chunk_size> * <ratio>\n"
+                    "  b: !ref <chunk_size> * 3\n  c: !ref <chunk_size> * <nothing>\n"
+                    "  d: !ref <big> * <big> * <big> * <big>\n  e: !ref <chunk_size>\n")
+    flow = read_hyperpyyaml(path)["flow"]
+    assert (flow["a"], flow["b"], flow["e"]) == (50, 75, 25)
+    assert flow["c"] == "<chunk_size> * <nothing>" and flow["d"] == "<big> * <big> * <big> * <big>"
