@@ -177,3 +177,18 @@ def test_an_oom_in_a_hop_is_retried_without_a_piece_twice_or_lost(stream_case, p
         _, pieces, meta = stream_run(eng)
     assert meta["applied"]["oom_retries"] == 1
     assert_same_pieces(pieces, plain, f"an OOM in {phase}")
+
+
+def test_upstream_stream_estimates_cover_every_hops_peak(stream_case):
+    """`verify` (resident, half-resident, all streamed) with upstream_stream on: the runs agree and every
+    phase's estimate (each hop's flow and vocoder, from the frames of that hop) covers its measured peak."""
+    from mizuoto.nodes.cosyvoice import ENGINE
+    from mizuoto.nodes.pack import verify as verify_module
+    from mizuoto.nodes.pack.registry import LoadRequest
+    path, _ = stream_case
+    version = 2 if (path / "cosyvoice2.yaml").exists() else 3
+    report = verify_module.verify(ENGINE, LoadRequest("tiny", path, torch.float32, torch.device("cpu")),
+                                  stream_request(version), oom_points=())
+    assert report.ok, report.table()
+    assert {"flow", "vocoder"} <= set(report.phases)
+    assert all(p["estimate_mb"] >= p["measured_mb"] for p in report.phases.values()), report.table()
