@@ -79,8 +79,13 @@ class CausalConv1d(nn.Conv1d):
         self.causal_padding = int((kernel * dilation - dilation) / 2) * 2 + (kernel + 1) % 2
         self.right = right
 
-    def forward(self, x: Tensor) -> Tensor:
-        pad = x.new_zeros(x.shape[0], x.shape[1], self.causal_padding)
+    def forward(self, x: Tensor, cache: Tensor | None = None) -> Tensor:
+        """`cache` [B, C, causal_padding]: upstream's cache argument, the frames used instead of the zeros
+        (a streaming hop's look-ahead for the right-padded convolutions)."""
+        pad = x.new_zeros(x.shape[0], x.shape[1], self.causal_padding) if cache is None else cache
+        if pad.shape[2] != self.causal_padding:
+            raise ValueError(f"HiFT: a causal convolution's cache must hold {self.causal_padding} frames, "
+                             f"got {pad.shape[2]}")
         return super().forward(torch.cat([x, pad] if self.right else [pad, x], dim=2))
 
 
@@ -146,9 +151,17 @@ class F0Predictor(nn.Module):
         self.condnet = nn.Sequential(*layers)
         self.classifier = nn.Linear(ch, 1)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.condnet(x).transpose(1, 2)
-        return torch.abs(self.classifier(x).squeeze(-1))
+    def forward(self, x: Tensor, finalize: bool = True) -> Tensor:
+        """`finalize=False` (v3's streaming hop): the first conv's look-ahead frames are the input's last
+        ones, not zeros, so the output is that many frames shorter."""
+        if finalize:
+            x = self.condnet(x)
+        else:
+            n = self.condnet[0].causal_padding
+            x = self.condnet[0](x[:, :, :-n], x[:, :, -n:])
+            for layer in self.condnet[1:]:
+                x = layer(x)
+        return torch.abs(self.classifier(x.transpose(1, 2)).squeeze(-1))
 
 
 class SourceModule(nn.Module):
@@ -254,17 +267,19 @@ class HiFT(nn.Module):
                 self.resblocks.append(ResBlock(ch, k, tuple(d), causal))
         self.conv_post = CausalConv1d(ch, c.n_fft + 2, 7) if causal else nn.Conv1d(ch, c.n_fft + 2, 7, 1, padding=3)
 
-    def f0(self, mel: Tensor) -> Tensor:
+    def f0(self, mel: Tensor, finalize: bool = True) -> Tensor:
         if self.config.causal:   # upstream runs the causal predictor in float64
-            return self.f0_predictor(mel.to(torch.float64)).to(mel)
+            return self.f0_predictor(mel.to(torch.float64), finalize).to(mel)
         return self.f0_predictor(mel)
 
-    def source(self, mel: Tensor, generator: torch.Generator | None) -> Tensor:
-        f0 = self.f0(mel)
+    def source(self, mel: Tensor, generator: torch.Generator | None, finalize: bool = True) -> Tensor:
+        f0 = self.f0(mel, finalize)
         s = F.interpolate(f0[:, None], scale_factor=float(self.config.upsample_scale), mode="nearest").transpose(1, 2)
         return self.m_source(s, generator).transpose(1, 2)
 
-    def decode(self, x: Tensor, s: Tensor) -> Tensor:
+    def decode(self, x: Tensor, s: Tensor, finalize: bool = True) -> Tensor:
+        """`finalize=False` (v3's streaming hop, causal only): conv_pre's look-ahead frames are the mel's
+        last conv_pre_look_right frames, the source's STFT and the audio lose what those frames make."""
         c = self.config
         window = hann_window(c.n_fft).to(x.device)
         # the STFT in float32 at least (torch has none in bf16), its result in the convolutions' dtype: a no-op
@@ -273,7 +288,15 @@ class HiFT(nn.Module):
         spec = torch.view_as_real(torch.stft(s.squeeze(1), c.n_fft, c.hop_len, c.n_fft, window=window,
                                              return_complex=True))
         s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1).to(x.dtype)
-        x = self.conv_pre(x)
+        ahead = c.conv_pre_look_right
+        rates = int(np.prod(c.upsample_rates))
+        if finalize:
+            x = self.conv_pre(x)
+        else:
+            if not c.causal:
+                raise ValueError("HiFT: finalize=False is CosyVoice 3's causal HiFT only")
+            x = self.conv_pre(x[:, :, :-ahead], x[:, :, -ahead:])
+            s_stft = s_stft[:, :, :-rates * ahead]
         k = len(c.resblock_kernel_sizes)
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, c.lrelu_slope))
@@ -291,8 +314,24 @@ class HiFT(nn.Module):
         phase = torch.sin(x[:, half:, :])
         spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
         wav = torch.istft(spec, c.n_fft, c.hop_len, c.n_fft, window=window)
+        if not finalize:
+            wav = wav[:, :-rates * c.hop_len]
         return torch.clamp(wav, -c.audio_limit, c.audio_limit)
 
     def forward(self, mel: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """mel [1, 80, T] -> waveform [1, T * upsample_scale]."""
         return self.decode(mel, self.source(mel, generator))
+
+    def stream(self, mel: Tensor, generator: torch.Generator | None, cache_source: Tensor | None = None,
+               finalize: bool = True) -> tuple[Tensor, Tensor]:
+        """Upstream's `inference` of a stream=True hop: (waveform [1, T'], source [1, 1, T'']).
+        v2 (`cache_source` [1, 1, n]): the source's first n samples are the previous hop's, so the overlap
+        is not a new draw's. v3 (`finalize=False`): the f0 predictor's and conv_pre's look-ahead frames are
+        the mel's own last frames (the result is shorter by what they would make)."""
+        if not finalize and not self.config.causal:
+            raise ValueError("HiFT: finalize=False is CosyVoice 3's causal HiFT only")
+        s = self.source(mel, generator, finalize)
+        if cache_source is not None and cache_source.shape[2] > 0:
+            s[:, :, :cache_source.shape[2]] = cache_source
+        x = mel if finalize else mel[:, :, :-self.f0_predictor.condnet[0].causal_padding]
+        return self.decode(x, s, finalize), s

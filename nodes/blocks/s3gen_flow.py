@@ -17,7 +17,10 @@ Inference (upstream non-streaming `inference(..., streaming=False, finalize=True
 tokens are encoded together, the prompt's mel is the condition of its frames, 10 cosine-scheduled Euler
 steps with CFG 0.7 (batch of 2: conditioned and unconditioned), the prompt's frames cut off. Attention
 masks of a single full-length utterance are all-true upstream (additive zeros / no-op fills), so they
-are left out here; the parity fixtures check that this changes no bit.
+are left out here; the parity fixtures check that this changes no bit. A hop of upstream's stream=True
+(`mel(..., streaming=True, finalize=False)`) adds upstream's block-causal chunk masks (`chunk_mask`: the v2
+encoder's `static_chunk_size` tokens, twice that after its upsampling, the estimators' in mel frames) and
+reads the last pre_lookahead_len tokens only as the look-ahead layer's context.
 
 Upstream CosyVoice draws the initial noise from a 1x80x15000 buffer made with seed 0 at construction; we
 draw the same-shaped buffer from the request's generator (seed 0 reproduces upstream) and take its first
@@ -50,6 +53,9 @@ class FlowConfig:
     spk_embed_dim: int = 192
     token_mel_ratio: int = 2
     pre_lookahead_len: int = 3
+    # upstream's stream=True (chunk masks): the encoder's static chunk in tokens, the estimator's in mel frames
+    encoder_chunk_size: int = 25
+    decoder_chunk_size: int = 50
     n_timesteps: int = 10
     inference_cfg_rate: float = 0.7
     t_scheduler: str = "cosine"
@@ -91,11 +97,25 @@ class PreLookaheadLayer(nn.Module):
         self.conv1 = nn.Conv1d(in_channels, channels, pre_lookahead_len + 1)
         self.conv2 = nn.Conv1d(channels, in_channels, 3)
 
-    def forward(self, inputs: Tensor) -> Tensor:
-        x = F.pad(inputs.transpose(1, 2).contiguous(), (0, self.pre_lookahead_len))
+    def forward(self, inputs: Tensor, context: Tensor | None = None) -> Tensor:
+        """`context` [B, n <= pre_lookahead_len, C]: the tokens after `inputs` upstream's streaming hop sees
+        (finalize=False) instead of zeros."""
+        x = inputs.transpose(1, 2).contiguous()
+        if context is None or context.shape[1] == 0:
+            x = F.pad(x, (0, self.pre_lookahead_len))
+        else:
+            x = F.pad(torch.cat([x, context.transpose(1, 2).contiguous()], dim=2),
+                      (0, self.pre_lookahead_len - context.shape[1]))
         x = F.leaky_relu(self.conv1(x))
         x = self.conv2(F.pad(x, (2, 0)))
         return x.transpose(1, 2).contiguous() + inputs
+
+
+def chunk_mask(length: int, chunk: int, device: torch.device) -> Tensor:
+    """Upstream's `subsequent_chunk_mask` [1, L, L] (True = attend): a position sees every position before
+    the end of its chunk (the block-causal attention of stream=True)."""
+    pos = torch.arange(length, device=device)
+    return (pos.unsqueeze(0) < ((pos // chunk + 1) * chunk).unsqueeze(1)).unsqueeze(0)
 
 
 def sinusoidal(t: Tensor, dim: int, scale: float = 1000) -> Tensor:
@@ -150,8 +170,8 @@ class ConformerLayer(nn.Module):
         self.norm_ff = nn.LayerNorm(dim, eps=1e-12)
         self.norm_mha = nn.LayerNorm(dim, eps=1e-12)
 
-    def forward(self, x: Tensor, pos_emb: Tensor) -> Tensor:
-        x = x + self.self_attn(self.norm_mha(x), pos_emb)
+    def forward(self, x: Tensor, pos_emb: Tensor, mask: Tensor | None = None) -> Tensor:
+        x = x + self.self_attn(self.norm_mha(x), pos_emb, mask)
         return x + self.feed_forward(self.norm_ff(x))
 
 
@@ -169,6 +189,7 @@ class Upsample1D(nn.Module):
 class UpsampleConformerEncoder(nn.Module):
     def __init__(self, c: FlowConfig) -> None:
         super().__init__()
+        self.chunk = c.encoder_chunk_size
         d = c.encoder_size
         self.embed = LinearEmbed(c.input_size, d)
         self.pre_lookahead_layer = PreLookaheadLayer(d, d, c.pre_lookahead_len)
@@ -180,15 +201,23 @@ class UpsampleConformerEncoder(nn.Module):
                                          for _ in range(c.up_blocks))
         self.after_norm = nn.LayerNorm(d, eps=1e-5)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, context: Tensor | None = None, streaming: bool = False) -> Tensor:
+        """`context`: the look-ahead tokens of a streaming hop (embedded as `x` is, not encoded); `streaming`:
+        upstream's chunk masks (encoder_chunk_size tokens, times the upsampling after it). Without them every
+        position sees every other one (upstream's all-true mask)."""
         x, pos = self.embed(x)
-        x = self.pre_lookahead_layer(x)
+        if context is not None and context.shape[1] > 0:
+            context = self.embed(context)[0]
+        mask = chunk_mask(x.shape[1], self.chunk, x.device) if streaming and self.chunk > 0 else None
+        x = self.pre_lookahead_layer(x, context)
         for layer in self.encoders:
-            x = layer(x, pos)
+            x = layer(x, pos, mask)
         x = self.up_layer(x.transpose(1, 2).contiguous()).transpose(1, 2).contiguous()
         x, pos = self.up_embed(x)
+        up = self.chunk * self.up_layer.stride
+        mask = chunk_mask(x.shape[1], up, x.device) if streaming and up > 0 else None
         for layer in self.up_encoders:
-            x = layer(x, pos)
+            x = layer(x, pos, mask)
         return self.after_norm(x)
 
 
@@ -244,12 +273,16 @@ class DiffusersAttention(nn.Module):
         self.to_v = nn.Linear(dim, inner, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
+        """`bias` [B, L, L]: upstream's additive mask (mask_to_bias), repeated per head as diffusers'
+        prepare_attention_mask does."""
         b = x.shape[0]
         q, k, v = self.to_q(x), self.to_k(x), self.to_v(x)
         hd = k.shape[-1] // self.heads
         q, k, v = (t.view(b, -1, self.heads, hd).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=False)
+        if bias is not None:
+            bias = bias.repeat_interleave(self.heads, dim=0).view(b, self.heads, -1, bias.shape[-1])
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=0.0, is_causal=False)
         return self.to_out[0](y.transpose(1, 2).reshape(b, -1, self.heads * hd))
 
 
@@ -281,8 +314,8 @@ class BasicTransformerBlock(nn.Module):
         self.norm3 = nn.LayerNorm(dim)
         self.ff = MatchaFeedForward(dim)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.attn1(self.norm1(x)) + x
+    def forward(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
+        x = self.attn1(self.norm1(x), bias) + x
         return self.ff(self.norm3(x)) + x
 
 
@@ -314,10 +347,15 @@ def unet_level(dim: int, dim_out: int, time_dim: int, c: FlowConfig, sampler: nn
     return nn.ModuleList(parts + ([sampler] if sampler is not None else []))
 
 
-def run_level(level: nn.ModuleList, x: Tensor, mask: Tensor, t: Tensor) -> Tensor:
+def run_level(level: nn.ModuleList, x: Tensor, mask: Tensor, t: Tensor, chunk: int = 0) -> Tensor:
+    """`chunk` > 0: upstream's streaming chunk mask as its additive bias (0 / -1e10, mask_to_bias)."""
     x = level[0](x, mask, t).transpose(1, 2).contiguous()
+    bias = None
+    if chunk > 0:
+        attend = chunk_mask(x.shape[1], chunk, x.device) & mask.bool()
+        bias = (1.0 - attend.to(x.dtype)) * -1.0e+10
     for block in level[1]:
-        x = block(x)
+        x = block(x, bias)
     return x.transpose(1, 2).contiguous()
 
 
@@ -329,6 +367,7 @@ class CausalConditionalDecoder(nn.Module):
         ch = tuple(c.channels)
         time_dim = ch[0] * 4
         self.in_channels = c.in_channels
+        self.chunk = c.decoder_chunk_size
         self.time_mlp = TimestepEmbedding(c.in_channels, time_dim)
         self.down_blocks = nn.ModuleList()
         out = c.in_channels
@@ -347,23 +386,25 @@ class CausalConditionalDecoder(nn.Module):
         self.final_block = CausalBlock1D(up[-1], up[-1])
         self.final_proj = nn.Conv1d(up[-1], c.mel_dim, 1)
 
-    def forward(self, x: Tensor, mask: Tensor, mu: Tensor, t: Tensor, spks: Tensor, cond: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor, mu: Tensor, t: Tensor, spks: Tensor, cond: Tensor,
+                streaming: bool = False) -> Tensor:
+        chunk = self.chunk if streaming else 0
         t = self.time_mlp(sinusoidal(t, self.in_channels).to(t.dtype))
         x = torch.cat([x, mu, spks[:, :, None].expand(-1, -1, x.shape[-1]), cond], dim=1)
         hiddens, masks = [], [mask]
         for level in self.down_blocks:
             m = masks[-1]
-            x = run_level(level, x, m, t)
+            x = run_level(level, x, m, t, chunk)
             hiddens.append(x)
             x = level[2](x * m)
             masks.append(m[:, :, ::2])
         masks = masks[:-1]
         for level in self.mid_blocks:
-            x = run_level(level, x, masks[-1], t)
+            x = run_level(level, x, masks[-1], t, chunk)
         for level in self.up_blocks:
             m = masks.pop()
             skip = hiddens.pop()
-            x = run_level(level, torch.cat([x[:, :, :skip.shape[-1]], skip], dim=1), m, t)
+            x = run_level(level, torch.cat([x[:, :, :skip.shape[-1]], skip], dim=1), m, t, chunk)
             x = level[2](x * m)
         x = self.final_block(x, m)
         return self.final_proj(x * m) * mask
@@ -422,14 +463,16 @@ class DiTAttention(nn.Module):
         self.to_v = nn.Linear(dim, inner)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: Tensor, rope: Tensor) -> Tensor:
+    def forward(self, x: Tensor, rope: Tensor, mask: Tensor | None = None) -> Tensor:
+        """`mask` [B, 1, L, L] bool (True = attend): upstream's streaming chunk mask. (Upstream then zeroes
+        the output where the mask's last row is False: never, for a chunk mask.)"""
         b = x.shape[0]
         q = apply_dit_rope(self.to_q(x), rope)
         k = apply_dit_rope(self.to_k(x), rope)
         v = self.to_v(x)
         hd = k.shape[-1] // self.heads
         q, k, v = (t.view(b, -1, self.heads, hd).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=False)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False)
         y = y.transpose(1, 2).reshape(b, -1, self.heads * hd).to(q.dtype)
         return self.to_out[0](y)
 
@@ -451,11 +494,11 @@ class DiTBlock(nn.Module):
         self.attn = DiTAttention(dim, heads, dim_head)
         self.ff = DiTFeedForward(dim, ff_mult)
 
-    def forward(self, x: Tensor, t: Tensor, rope: Tensor) -> Tensor:
+    def forward(self, x: Tensor, t: Tensor, rope: Tensor, mask: Tensor | None = None) -> Tensor:
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.attn_norm(t)
         d = x.shape[-1]
         norm = F.layer_norm(x, (d,), eps=1e-6) * (1 + scale_msa[:, None]) + shift_msa[:, None]
-        x = x + gate_msa.unsqueeze(1) * self.attn(norm, rope)
+        x = x + gate_msa.unsqueeze(1) * self.attn(norm, rope, mask)
         norm = F.layer_norm(x, (d,), eps=1e-6) * (1 + scale_mlp[:, None]) + shift_mlp[:, None]
         return x + gate_mlp.unsqueeze(1) * self.ff(norm)
 
@@ -498,6 +541,7 @@ class InputEmbedding(nn.Module):
 class DiT(nn.Module):
     def __init__(self, c: FlowConfig) -> None:
         super().__init__()
+        self.chunk = c.decoder_chunk_size
         self.time_embed = DiTTimeEmbedding(c.dit_dim)
         self.rotary_embed = RotaryEmbedding(c.dit_dim_head)
         self.input_embed = InputEmbedding(c.mel_dim, c.mu_dim, c.dit_dim, c.spk_dim)
@@ -506,12 +550,16 @@ class DiT(nn.Module):
         self.norm_out = AdaLayerNormZero(c.dit_dim, chunks=2)
         self.proj_out = nn.Linear(c.dit_dim, c.mel_dim)
 
-    def forward(self, x: Tensor, mask: Tensor, mu: Tensor, t: Tensor, spks: Tensor, cond: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor, mu: Tensor, t: Tensor, spks: Tensor, cond: Tensor,
+                streaming: bool = False) -> Tensor:
         t = self.time_embed(t)
         x = self.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks)
         rope = self.rotary_embed(x.shape[1]).to(x.dtype)
+        attend = None
+        if streaming and self.chunk > 0:
+            attend = (chunk_mask(x.shape[1], self.chunk, x.device) & mask.bool()).unsqueeze(1)
         for block in self.transformer_blocks:
-            x = block(x, t, rope)
+            x = block(x, t, rope, attend)
         scale, shift = self.norm_out(t)
         x = F.layer_norm(x, (x.shape[-1],), eps=1e-6) * (1 + scale)[:, None, :] + shift[:, None, :]
         return self.proj_out(x).transpose(1, 2)
@@ -554,27 +602,37 @@ class Flow(nn.Module):
             self.pre_lookahead_layer = PreLookaheadLayer(c.input_size, c.pre_lookahead_channels, c.pre_lookahead_len)
         self.decoder = CFM(c)
 
-    def encode(self, token: Tensor, prompt_token: Tensor, embedding: Tensor) -> tuple[Tensor, Tensor]:
-        """(mu [1, 80, T_mel], speaker condition [1, 80]) for prompt tokens + tokens."""
+    def encode(self, token: Tensor, prompt_token: Tensor, embedding: Tensor, streaming: bool = False,
+               finalize: bool = True) -> tuple[Tensor, Tensor]:
+        """(mu [1, 80, T_mel], speaker condition [1, 80]) for prompt tokens + tokens. `finalize=False`
+        (upstream's streaming hop): the last pre_lookahead_len tokens are only the look-ahead's context, so
+        mu covers the tokens before them; `streaming`: the v2 encoder's chunk masks."""
         spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
         tokens = torch.cat([prompt_token, token], dim=1)
         mask = torch.ones(1, tokens.shape[1], 1, dtype=spks.dtype, device=tokens.device)
         x = self.input_embedding(torch.clamp(tokens, min=0)) * mask
+        context = None
+        if not finalize:
+            n = self.config.pre_lookahead_len
+            if x.shape[1] <= n:
+                raise ValueError(f"S3Gen flow: a streaming hop needs more than {n} tokens, got {x.shape[1]}")
+            x, context = x[:, :-n], x[:, -n:]
         if self.config.version == 2:
-            h = self.encoder_proj(self.encoder(x))
+            h = self.encoder_proj(self.encoder(x, context, streaming))
         else:
-            h = self.pre_lookahead_layer(x).repeat_interleave(self.config.token_mel_ratio, dim=1)
+            h = self.pre_lookahead_layer(x, context).repeat_interleave(self.config.token_mel_ratio, dim=1)
         return h.transpose(1, 2).contiguous(), spks
 
     def mel(self, token: Tensor, prompt_token: Tensor, prompt_feat: Tensor, embedding: Tensor,
             generator: torch.Generator | None, callback: Callable[[int, int], None] | None = None,
-            noise: Tensor | None = None) -> Tensor:
+            noise: Tensor | None = None, streaming: bool = False, finalize: bool = True) -> Tensor:
         """Mel [1, 80, T] of `token` after the prompt (upstream `inference(streaming=False, finalize=True)`):
         n_timesteps cosine-scheduled Euler steps of the shared solver on the config's clock, CFG in
         upstream's form. The initial noise is `noise` [1, 80, frames of prompt + tokens] when given,
-        otherwise CosyVoice's buffer drawn from `generator`."""
+        otherwise CosyVoice's buffer drawn from `generator`. `streaming` / `finalize`: upstream's
+        `inference(streaming, finalize)` of a stream=True hop (chunk masks; the look-ahead tokens as context)."""
         c = self.config
-        mu, spks = self.encode(token, prompt_token, embedding)
+        mu, spks = self.encode(token, prompt_token, embedding, streaming, finalize)
         frames, prompt_frames = mu.shape[2], prompt_feat.shape[1]
         cond = torch.zeros(1, frames, c.output_size, device=mu.device, dtype=mu.dtype)
         cond[:, :prompt_frames] = prompt_feat
@@ -584,7 +642,7 @@ class Flow(nn.Module):
         mu2, spks2, cond2 = (torch.cat([v, torch.zeros_like(v)]) for v in (mu, spks, cond))
 
         def both(x: Tensor, t: Tensor) -> Tensor:
-            return self.decoder.estimator(x, mask, mu2, t.reshape(1).expand(2), spks2, cond2)
+            return self.decoder.estimator(x, mask, mu2, t.reshape(1).expand(2), spks2, cond2, streaming)
 
         if noise is None:
             noise = flow_noise(frames, generator)

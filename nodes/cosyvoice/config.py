@@ -2,7 +2,8 @@
 
 HyperPyYAML's `!new:` / `!name:` / `!apply:` tags construct objects; here a tagged mapping becomes a
 dict with its tag under `"!"`, a tagged scalar or sequence its plain value, and `!ref <name>` is
-replaced by the top-level value it names (other `!ref` expressions stay as their text; we need none).
+replaced by the top-level value it names; a product of such names and integers (`!ref <chunk_size> *
+<token_mel_ratio>`, the estimators' static_chunk_size) is computed; other `!ref` expressions stay as their text.
 Only the values the engine needs are read from the result, each checked, errors naming file and field.
 """
 from __future__ import annotations
@@ -58,13 +59,29 @@ class _Resolver:
         if isinstance(value, tuple) and len(value) == 2 and value[0] == "!ref":
             m = _REF.match(str(value[1]).strip())
             if not m or m.group(1) not in self.top:
-                return str(value[1])
+                return self.product(str(value[1]), depth)
             return self(self.top[m.group(1)], depth + 1)
         if isinstance(value, dict):
             return {k: self(v, depth) for k, v in value.items()}
         if isinstance(value, list):
             return [self(v, depth) for v in value]
         return value
+
+    def product(self, text: str, depth: int) -> Any:
+        """`<a> * <b> * 3`: the product when every factor is an integer (a name of an integer value or an
+        integer literal); otherwise the text as it is."""
+        total = 1
+        for part in text.split("*"):
+            part = part.strip()
+            m = _REF.match(part)
+            factor = self(self.top[m.group(1)], depth + 1) if m and m.group(1) in self.top else \
+                int(part) if part.isdigit() else None
+            if not isinstance(factor, int) or isinstance(factor, bool):
+                return text
+            total *= factor
+            if abs(total) > 1 << 31:        # no config size is this large: the field's check then names it
+                return text
+        return total
 
 
 def read_hyperpyyaml(path: Path) -> dict[str, Any]:
@@ -152,12 +169,16 @@ def flow_config(path: Path, data: dict[str, Any], version: int) -> FlowConfig:
                           in_channels=est.get("in_channels", int), channels=est.get("channels", tuple),
                           attention_head_dim=est.get("attention_head_dim", int), n_blocks=est.get("n_blocks", int),
                           num_mid_blocks=est.get("num_mid_blocks", int), num_heads=est.get("num_heads", int),
-                          mel_dim=est.get("out_channels", int))
+                          mel_dim=est.get("out_channels", int),
+                          # upstream's class defaults when the YAML leaves them out (UpsampleConformerEncoder 0)
+                          encoder_chunk_size=enc.get("static_chunk_size", int, 0),
+                          decoder_chunk_size=est.get("static_chunk_size", int, 50))
     pre = flow.sub("pre_lookahead_layer")
     return FlowConfig(**common, pre_lookahead_channels=pre.get("channels", int), dit_dim=est.get("dim", int),
                       dit_depth=est.get("depth", int), dit_heads=est.get("heads", int),
                       dit_dim_head=est.get("dim_head", int), dit_ff_mult=est.get("ff_mult", int),
-                      mel_dim=est.get("mel_dim", int), mu_dim=est.get("mu_dim", int), spk_dim=est.get("spk_dim", int))
+                      mel_dim=est.get("mel_dim", int), mu_dim=est.get("mu_dim", int), spk_dim=est.get("spk_dim", int),
+                      decoder_chunk_size=est.get("static_chunk_size", int, 50))
 
 
 def hift_config(path: Path, data: dict[str, Any]) -> HiFTConfig:

@@ -18,12 +18,25 @@ a reference is `instruct2` (the instruction replaces the transcript in the LM pr
 from spk2info.pt is `sft` (or zero-shot when the entry carries a prompt). CosyVoice 3 needs
 `<|endofprompt|>` in the LM text: its system prompt is added the way upstream's examples write it.
 Estimates come from the request (text tokens, reference seconds, mel frames).
+
+Option `upstream_stream` (default off): upstream's `inference_zero_shot(..., stream=True)`, which makes
+other audio than the plain run (named in meta["applied"]). The speech tokens are cut into hops (25 tokens
+first, plus what pads the prompt's tokens to a multiple of it, then twice as many per hop up to 100; the
+hop length carries over to the request's next segment as upstream's model attribute does); each hop's flow
+runs over the prompt and every token so far with upstream's chunk masks and the last pre_lookahead_len
+tokens as look-ahead only (`finalize=False`), the remaining tokens in one full-context call at the end.
+CosyVoice 2's HiFT keeps the last 8 mel frames, their source and audio and cross-fades (Hamming window)
+the next hop's audio into them; CosyVoice 3's causal HiFT runs over all the mel so far with its
+look-ahead frames and hands over only the samples past what it handed before. Each hop's audio is one
+piece (`Chunk.emit`); speak_chunk returns their concatenation.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -31,7 +44,7 @@ from torch import Tensor
 from ...runtime import DeviceService, ModelHandle, ModelManager, RequestContext
 from ...runtime.lm.cache import peak_bytes
 from ..pack.audio import resample
-from ..pack.engine import Capabilities, Chunk, Engine, Reference
+from ..pack.engine import Capabilities, Chunk, Engine, Option, Reference
 from ..pack.segments import Segment
 from ..blocks.transformer import kv_position_bytes
 from ..blocks.mel import kaldi_fbank, matcha_mel, whisper_log_mel
@@ -44,6 +57,32 @@ MAX_TOKEN_TEXT_RATIO, MIN_TOKEN_TEXT_RATIO = 20.0, 2.0
 SILENT_TOKENS_V3 = frozenset((1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323))
 MAX_SILENT = 5          # v3: longer runs of silent/breath tokens are dropped (upstream llm_job)
 MB = 1 << 20
+# upstream CosyVoice2Model / CosyVoice3Model (cli/model.py), stream=True
+STREAM_HOP = 25             # token_hop_len: the flow's training chunk (static_chunk_size)
+STREAM_MAX_HOP = 4 * STREAM_HOP
+STREAM_SCALE = 2            # stream_scale_factor: each hop's length doubles
+MEL_CACHE = 8               # v2 mel_cache_len: frames HiFT sees again; their audio is cross-faded
+HOP_KEY = "cosyvoice.stream_hop"    # Chunk.cache: the hop length the request's next segment starts at
+
+
+@dataclass
+class StreamState:
+    """What upstream's hift_cache_dict holds between one segment's hops: v2 the last MEL_CACHE mel
+    frames, their source and audio; v3 all the mel so far and how many samples were handed over."""
+
+    mel: Tensor | None = None
+    source: Tensor | None = None
+    speech: Tensor | None = None
+    offset: int = 0
+
+
+def fade_in_out(fade_in: Tensor, fade_out: Tensor, window: Tensor) -> Tensor:
+    """Upstream's fade_in_out: the first half-window of `fade_in` mixed with the last of `fade_out`, in
+    float64 (the window is numpy's float64 Hamming), written back as float32."""
+    n = window.shape[0] // 2
+    out = fade_in.clone()
+    out[..., :n] = (fade_in[..., :n].double() * window[:n] + fade_out[..., -n:].double() * window[n:]).to(out.dtype)
+    return out
 
 
 class CosyVoiceEngine(Engine):
@@ -57,13 +96,16 @@ class CosyVoiceEngine(Engine):
     # so is v3's HiFT noise (CosyVoiceBundle.hift_noise_state).
     ONE_STREAM = True
     FLOW_NOISE_SEED = 0
+    options = {"upstream_stream": Option(bool, False)}
 
     def __init__(self, bundle: CosyVoiceBundle, manager: ModelManager, device: torch.device | str = "cpu",
                  name: str | None = None, min_unit_bytes: int | None = None) -> None:
         self.bundle = bundle
         voices = tuple(sorted(bundle.speakers))
+        # pieces (Chunk.emit) only with upstream_stream: the first hop's audio is 25 tokens' worth
+        first_piece = STREAM_HOP * bundle.flow_config.token_mel_ratio * bundle.hift_config.upsample_scale
         self.capabilities = replace(type(self).capabilities, voices=voices,
-                                    cloning="optional" if voices else "required")
+                                    cloning="optional" if voices else "required", piece_samples=first_piece)
         DeviceService.pin_to_cpu(bundle.llm.decoder.embed_tokens)
         unit = {"min_unit_bytes": min_unit_bytes}
         llm = ModelHandle(bundle.llm, name="llm", kind="sequence", **unit)
@@ -228,6 +270,95 @@ class CosyVoiceEngine(Engine):
 
         return ctx.run("vocoder", [self.hift_handle], run, memory=self.vocoder_memory(mel.shape[2]))
 
+    # ---- upstream's stream=True --------------------------------------------------------------------------------
+    def stream_mel(self, ctx: RequestContext, tokens: list[int], offset: int, prompt: dict[str, Tensor],
+                   finalize: bool) -> Tensor:
+        """One hop's mel (upstream token2wav's flow.inference): over the prompt and tokens [0, n), with the
+        chunk masks and look-ahead context when not `finalize` (the last call is full-context), the frames
+        from token `offset` on."""
+        flow, ratio = self.bundle.flow, self.bundle.flow_config.token_mel_ratio
+        prompt_tokens, prompt_feat, embedding = prompt["speech_tokens"], prompt["speech_feat"], prompt["embedding"]
+
+        def run() -> Tensor:
+            dev = self.flow_handle.device
+            dtype = next(flow.decoder.parameters()).dtype
+            with torch.inference_mode():
+                mel = flow.mel(torch.tensor([tokens], device=dev), prompt_tokens.to(dev),
+                               prompt_feat.to(dev, dtype), embedding.to(dev, dtype),
+                               torch.Generator().manual_seed(self.FLOW_NOISE_SEED),
+                               callback=lambda *_: ctx.check_cancelled(), streaming=not finalize, finalize=finalize)
+            return mel.float().cpu()[:, :, offset * ratio:]
+
+        frames = (prompt_tokens.shape[1] + len(tokens)) * ratio
+        return ctx.run("flow", [self.flow_handle], run, memory=self.flow_memory(frames))
+
+    def stream_vocode(self, ctx: RequestContext, mel: Tensor, state: StreamState, finalize: bool) -> Tensor:
+        """One hop's audio [T] (upstream token2wav's HiFT part); `state` is updated once the phase is done
+        (a retried phase starts from the same state and, for v2, the same generator state)."""
+        hift, c = self.bundle.hift, self.bundle.hift_config
+        noise = self.bundle.hift_noise_state
+        if self.version == 3:
+            mel = mel if state.mel is None else torch.cat([state.mel, mel], dim=2)
+            source = None
+        else:
+            if state.mel is not None:
+                mel = torch.cat([state.mel, mel], dim=2)
+            source = state.source
+
+        def run() -> tuple[Tensor, Tensor]:
+            dev = self.hift_handle.device
+            dtype = hift.conv_pre.weight.dtype
+            generator = ctx.generator if noise is None else torch.Generator().set_state(noise)
+            with torch.inference_mode():
+                wav, s = hift.stream(mel.to(dev, dtype), generator,
+                                     None if source is None else source.to(dev, dtype),
+                                     finalize=finalize or self.version == 2)
+            return wav.float().cpu(), s.float().cpu()
+
+        speech, s = ctx.run("vocoder", [self.hift_handle], run, memory=self.vocoder_memory(mel.shape[2]))
+        if self.version == 3:
+            state.mel = mel
+            speech = speech[:, state.offset:]
+            state.offset += speech.shape[1]
+            return speech[0]
+        cached = MEL_CACHE * c.upsample_scale            # upstream's source_cache_len
+        if state.speech is not None:
+            speech = fade_in_out(speech, state.speech, torch.from_numpy(np.hamming(2 * cached)))
+        if not finalize:
+            state.mel, state.source, state.speech = mel[:, :, -MEL_CACHE:], s[:, :, -cached:], speech[:, -cached:]
+            speech = speech[:, :-cached]
+        return speech[0]
+
+    def stream_chunk(self, ctx: RequestContext, chunk: Chunk, tokens: list[int], prompt: dict[str, Tensor]) -> Tensor:
+        """Upstream CosyVoice2Model.tts(stream=True)'s hops over the segment's tokens (all made: the LM
+        phase runs first, as upstream's does when its LM thread is ahead of the hops), each hop's audio
+        emitted as one piece; returns their concatenation."""
+        ahead = self.bundle.flow_config.pre_lookahead_len
+        hop = chunk.cache.get(HOP_KEY, STREAM_HOP)
+        prompt_tokens = prompt["speech_tokens"].shape[1]
+        pad = int(math.ceil(prompt_tokens / hop) * hop - prompt_tokens)   # the first hop ends on a chunk edge
+        state, pieces, offset, at = StreamState(), [], 0, 0
+
+        def hand(piece: Tensor) -> None:
+            nonlocal at
+            pieces.append(piece)
+            if chunk.emit is not None:
+                chunk.emit(piece, at)
+            at += piece.numel()
+
+        while True:
+            this = hop + pad if offset == 0 else hop
+            if len(tokens) - offset < this + ahead:
+                break
+            mel = self.stream_mel(ctx, tokens[:offset + this + ahead], offset, prompt, finalize=False)
+            hand(self.stream_vocode(ctx, mel, state, finalize=False))
+            offset += this
+            hop = min(STREAM_MAX_HOP, hop * STREAM_SCALE)
+        mel = self.stream_mel(ctx, tokens, offset, prompt, finalize=True)
+        hand(self.stream_vocode(ctx, mel, state, finalize=True))
+        chunk.cache[HOP_KEY] = hop
+        return torch.cat(pieces)
+
     # ---- one chunk -------------------------------------------------------------------------------------------
     def lm_text(self, chunk: Chunk) -> str:
         """The chunk's text as the LM reads it: split_text's segments are normalised already (normalising
@@ -286,6 +417,12 @@ class CosyVoiceEngine(Engine):
         return [self.prompt_handles, [self.llm_handle], [self.flow_handle], [self.hift_handle]]
 
     def speak_chunk(self, ctx: RequestContext, chunk: Chunk) -> Tensor:
+        stream = self.option(chunk, "upstream_stream")
+        if stream:
+            if chunk.speed != 1.0:
+                raise ValueError(f"speed: upstream_stream needs speed 1 (upstream changes speed only without "
+                                 f"stream), got {chunk.speed:g}")
+            ctx.meta["applied"]["upstream_stream"] = "upstream's stream=True token hops (other audio than stream off)"
         prompt = self.voice_prompt(ctx, chunk)
         if only_punctuation(self.lm_text(chunk)):
             return torch.zeros(0)          # upstream drops chunks that are only punctuation
@@ -298,6 +435,8 @@ class CosyVoiceEngine(Engine):
         tokens = self.speech_tokens(ctx, text_ids, prompt_ids, speech, chunk.progress)
         if not tokens:
             return torch.zeros(0)
+        if stream:
+            return self.stream_chunk(ctx, chunk, tokens, prompt)
         mel = self.mel(ctx, tokens, prompt["speech_tokens"], prompt["speech_feat"], prompt["embedding"])
         if chunk.speed != 1.0:
             mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / chunk.speed)), mode="linear")
