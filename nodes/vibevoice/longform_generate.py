@@ -56,9 +56,12 @@ def allowed_mask(vocab: int, tok: ScriptTokenizer, device: torch.device) -> Tens
 def generate_longform(model: VibeVoiceLongform, tok: ScriptTokenizer, prompt: Prompt, *, cfg_scale: float,
                       steps: int, generator: torch.Generator, max_new_tokens: int,
                       on_audio: Callable[[Tensor], None] | None = None, token_guidance: bool = True,
+                      voice: Tensor | None = None,
                       device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> LongformGenerated:
     """Speech for `prompt` (ScriptTokenizer.prompt). `on_audio` receives each frame's audio (channels, hop) as it
-    is decoded. `device` / `dtype`: where and in what the activations live (default: the model's weights')."""
+    is decoded. `voice`: the voice prompts' embeddings when already made (VibeVoiceLongform.voice_embeds with
+    the same generator, drawn before anything here), else made here. `device` / `dtype`: where and in what the
+    activations live (default: the model's weights')."""
     if not cfg_scale > 0:
         raise ValueError(f"cfg_scale {cfg_scale}: expected a positive number")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -74,7 +77,8 @@ def generate_longform(model: VibeVoiceLongform, tok: ScriptTokenizer, prompt: Pr
     ids = prompt.ids.to(device)[None]
     embeds = model.embed(ids)
     if prompt.audio is not None and prompt.frames:
-        voice = model.voice_embeds(prompt.audio.to(device=device, dtype=dtype), prompt.frames, generator)
+        if voice is None:
+            voice = model.voice_embeds(prompt.audio.to(device=device, dtype=dtype), prompt.frames, generator)
         mask = prompt.speech_mask.to(device)
         if int(mask.sum()) != voice.shape[0]:
             raise ValueError(f"prompt: {int(mask.sum())} voice positions for {voice.shape[0]} voice frames")

@@ -108,14 +108,14 @@ class ScriptTokenizer:
 
     def prompt(self, script: str, voices: list[Tensor], hop: int) -> Prompt:
         """The prompt for `script` spoken by `voices` (24 kHz mono float32 clips, prepare_voice's output), voice k
-        being `Speaker k`. Every speaker of the script needs a voice; more voices than speakers are refused too
-        (upstream would place them all in the prompt, which only misleads the model)."""
+        being `Speaker k`. With voices, every speaker of the script needs one and more voices than speakers are
+        refused too; without any, the model picks the voices (upstream's prompt without its voice section)."""
         lines = parse_script(script)
         speakers = sorted({s for s, _ in lines})
-        if not 1 <= len(voices) <= MAX_VOICES:
+        if len(voices) > MAX_VOICES:
             raise ValueError(f"voices: {len(voices)} given, expected 1 to {MAX_VOICES} reference clips "
-                             "(one per speaker, Speaker 1 first)")
-        if speakers[-1] >= len(voices) or len(speakers) != len(voices):
+                             "(one per speaker, Speaker 1 first), or none")
+        if voices and (speakers[-1] >= len(voices) or len(speakers) != len(voices)):
             raise ValueError(f"text: the script's speakers {speakers} (as the model numbers them, from 0) need "
                              f"{speakers[-1] + 1} voices, one each, {len(voices)} given; voice k speaks as the "
                              "k-th speaker")
@@ -125,11 +125,13 @@ class ScriptTokenizer:
                 raise ValueError(f"voice {k + 1}: expected a non-empty finite mono clip, got {tuple(clip.shape)}")
             clips.append(normalise(clip.float()))
         frames = [math.ceil(c.numel() / hop) for c in clips]
-        length = max(frames) * hop
-        audio = torch.zeros(len(clips), 1, length)
-        for k, c in enumerate(clips):
-            audio[k, 0, :c.numel()] = c
-        ids: list[int] = self.encode(SYSTEM_PROMPT) + self.encode(" Voice input:\n")
+        audio = None
+        if clips:
+            audio = torch.zeros(len(clips), 1, max(frames) * hop)
+            for k, c in enumerate(clips):
+                audio[k, 0, :c.numel()] = c
+        # without voices upstream's prompt has no voice section at all
+        ids: list[int] = self.encode(SYSTEM_PROMPT) + (self.encode(" Voice input:\n") if clips else [])
         mask: list[bool] = [False] * len(ids)
         for k, n in enumerate(frames):
             head = self.encode(f" Speaker {k}:")

@@ -18,30 +18,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
+from vibevoice.longform_tiny import GOLDEN, TOKENIZER, model_from, read
 
-from mizuoto.nodes.vibevoice.longform import LongformConfig, VibeVoiceLongform
 from mizuoto.nodes.vibevoice.longform_generate import generate_longform
 from mizuoto.nodes.vibevoice.script import ScriptTokenizer, parse_script
 
 HERE = Path(__file__).parent
-GOLDEN = HERE / "fixtures" / "longform.safetensors"
-TOKENIZER = HERE / "fixtures" / "tokenizer.json"
 VENV = os.environ.get("VIBEVOICE_HF_VENV", "")
 LIVE = bool(VENV and Path(VENV, "bin", "python").is_file())
 BOUND = 1e-5
 CASES = ("one", "two")
-
-
-def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    with safe_open(str(path), "pt") as f:
-        return {k: f.get_tensor(k).clone() for k in f.keys()}, f.metadata()
-
-
-def model_from(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> VibeVoiceLongform:
-    model = VibeVoiceLongform(LongformConfig.from_dict(json.loads(meta["config"]))).eval()
-    model.load_state_dict({k[len("weight."):]: v for k, v in tensors.items() if k.startswith("weight.")}, strict=True)
-    return model
 
 
 def ours(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> dict[str, torch.Tensor]:
@@ -113,7 +99,7 @@ def test_voices_must_match_the_speakers() -> None:
     clip = torch.sin(torch.arange(30) * 0.3)
     with pytest.raises(ValueError, match="need 2 voices, one each, 1 given"):
         tok.prompt("Speaker 1: a\nSpeaker 2: b", [clip], 6)
-    with pytest.raises(ValueError, match="5 given, expected 1 to 4"):
+    with pytest.raises(ValueError, match="5 given, expected 1 to 4 reference clips"):
         tok.prompt("Speaker 1: a", [clip] * 5, 6)
     with pytest.raises(ValueError, match="voice 1: expected a non-empty finite mono clip"):
         tok.prompt("Speaker 1: a", [torch.full((12,), float("nan"))], 6)

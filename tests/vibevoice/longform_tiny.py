@@ -1,0 +1,27 @@
+"""The tiny random long-form model recorded by make_longform_fixtures.py, read back for the tests."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from mizuoto.nodes.vibevoice.longform import LongformConfig, VibeVoiceLongform
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "fixtures" / "longform.safetensors"
+TOKENIZER = HERE / "fixtures" / "tokenizer.json"
+
+
+def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The file's tensors, each copied into a fresh allocation (a CPU kernel may sum in another order for a
+    buffer at an odd offset in the file)."""
+    with safe_open(str(path), "pt") as f:
+        return {k: f.get_tensor(k).clone() for k in f.keys()}, f.metadata()
+
+
+def model_from(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> VibeVoiceLongform:
+    model = VibeVoiceLongform(LongformConfig.from_dict(json.loads(meta["config"]))).eval()
+    model.load_state_dict({k[len("weight."):]: v for k, v in tensors.items() if k.startswith("weight.")}, strict=True)
+    return model
