@@ -5,8 +5,8 @@ different lengths (ends on <|endoftext|> after 10 frames).
 
 Checked: the prompt ids exactly (ours built piece by piece as upstream's processor does; transformers' from the
 same prompt string), the padded, normalised clips, the tokens the LM picks, every frame's latent and the audio.
-Golden bound: float32 within 1e-5 of each tensor's largest magnitude (see test_longform_tokenizers.py for the
-per-op argument; the LM adds 3 layers of width 32, each another sum of at most 96 terms in another order).
+Golden bound: float32 within 1e-4 of each tensor's largest magnitude (longform_tiny.GENERATION_BOUND: why,
+and what was measured under other kernels); the prompt ids and the picked tokens exactly.
 Within one machine the live test (VIBEVOICE_HF_VENV: transformers >= 5.3 and diffusers) demands torch.equal.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from vibevoice.longform_tiny import GOLDEN, TOKENIZER, model_from, read
+from vibevoice.longform_tiny import GENERATION_BOUND, GOLDEN, TOKENIZER, model_from, read
 
 from mizuoto.nodes.vibevoice.longform_generate import generate_longform
 from mizuoto.nodes.vibevoice.script import ScriptTokenizer, parse_script
@@ -26,7 +26,7 @@ from mizuoto.nodes.vibevoice.script import ScriptTokenizer, parse_script
 HERE = Path(__file__).parent
 VENV = os.environ.get("VIBEVOICE_HF_VENV", "")
 LIVE = bool(VENV and Path(VENV, "bin", "python").is_file())
-BOUND = 1e-5
+BOUND = GENERATION_BOUND
 CASES = ("one", "two")
 
 
