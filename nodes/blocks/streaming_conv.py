@@ -21,10 +21,13 @@ from torch import Tensor, nn
 
 
 class StreamingConvCache:
-    """The per-module input history of one stream."""
+    """The per-module input history of one stream. `zero_history`: a transposed conv's first chunk is computed
+    after `kernel - 1` zero inputs (transformers' VibeVoice padding cache) rather than alone (the original
+    repositories'); the two are equal but for float rounding (another kernel shape sums in another order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, zero_history: bool = False) -> None:
         self._states: dict[int, tuple[nn.Module, Tensor]] = {}
+        self.zero_history = zero_history
 
     def get(self, module: nn.Module) -> Tensor | None:
         entry = self._states.get(id(module))
@@ -130,6 +133,8 @@ class StreamingConvTranspose1d(nn.Module):
             raise ValueError(f"streaming a transposed conv needs trim_right_ratio 1 (this one trims {self.pad_left} "
                              "samples on the left)")
         state = cache.get(self)
+        if state is None and cache.zero_history:
+            state = x.new_zeros(x.shape[0], x.shape[1], self.context)
         full = x if state is None else torch.cat([state, x], dim=2)
         y = self._trim(self.convtr(full))
         if state is not None and state.shape[2] > 0:

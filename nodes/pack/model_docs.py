@@ -54,7 +54,11 @@ NOTES: MappingProxyType[str, str] = MappingProxyType({
         "caches of a spoken prompt, not audio, so the model cannot clone an arbitrary recording) in the VibeVoice "
         "GitHub repository. The loader downloads them from the pinned commit into `voices/` and checks each against "
         "its git blob id (13 also against a pinned sha256); any `voices/<name>.pt` in upstream's format works, "
-        "named `<name>` in the voice list. The tokenizer is Qwen2.5-0.5B's, as upstream's processor loads it."),
+        "named `<name>` in the voice list. The tokenizer is Qwen2.5-0.5B's, as upstream's processor loads it. "
+        "VibeVoice-1.5B (the long-form model; Large in the same layout works as a folder of its own) clones up to "
+        "four speakers from reference audio (a Script node's native dialogue, or one reference_audio) and reads the "
+        "whole script in one pass, never cut into sentences; lines are `Speaker 1: ...` (Speaker 1 speaks in the "
+        "first voice). Its tokenizer is Qwen2.5-1.5B's, as upstream's processor loads it."),
     "hibari": (
         "Nothing to download: the weights (ONNX) and G2P lexicons ship inside the PyPI package `hibari-tts`, "
         "which `install.py` installs (ComfyUI-Manager runs it). The loader takes no model folder."),

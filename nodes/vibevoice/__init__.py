@@ -9,6 +9,10 @@ The voice presets are not on the model's hub repository: Microsoft publishes the
 than audio (a safeguard against cloning), in the VibeVoice GitHub repository's demo/voices/streaming_model/.
 They download from there at a pinned commit, each checked against its git blob id and, for the 13 whose bytes
 could be read here, a pinned sha256.
+
+VibeVoice 1.5B (and Large, in the same layout): the long-form multi-speaker model (longform.py, script.py,
+longform_generate.py, longform_phases.py), equal to transformers' own `VibeVoiceForConditionalGeneration` bit for
+bit on tiny random models; one loader node serves both, the folder's config.json model_type picking the model.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from ..pack.registry import EngineSpec, LoadRequest
 
 if TYPE_CHECKING:
     from ...runtime import ModelManager
+    from .longform_phases import VibeVoiceLongformEngine
     from .phases import VibeVoiceEngine
 
 FILES = ("config.json", "model.safetensors")
@@ -42,33 +47,62 @@ VOICE_SHA256 = {
 }
 
 
+# microsoft/VibeVoice-1.5B: three shards and their index (the hub's sha256 checks each file)
+LONGFORM_FILES = ("config.json", "model.safetensors.index.json", "model-*-of-*.safetensors")
+
+
+def _longform(folder: Path) -> bool:
+    """A long-form folder (1.5B / Large): config.json says model_type "vibevoice"."""
+    import json
+    try:
+        return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("model_type") == "vibevoice"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def missing_files(folder: Path) -> list[str]:
+    if _longform(folder):
+        weights = (Path(folder) / "model.safetensors").is_file() or \
+            (Path(folder) / "model.safetensors.index.json").is_file()
+        return [f for f in ("tokenizer.json",) if not (Path(folder) / f).is_file()] + \
+            ([] if weights else ["model.safetensors (or model.safetensors.index.json and its shards)"])
     missing = [f for f in (*FILES, "tokenizer.json") if not (Path(folder) / f).is_file()]
     if not any((Path(folder) / "voices").glob("*.pt")):
         missing.append("voices/*.pt")
     return missing
 
 
-def build(request: LoadRequest, manager: ModelManager) -> VibeVoiceEngine:
-    from .loader import load_realtime
+def build(request: LoadRequest, manager: ModelManager) -> VibeVoiceEngine | VibeVoiceLongformEngine:
+    from .loader import load_realtime, model_type
+    folder = Path(request.folder)
+    if model_type(folder) == "vibevoice":
+        from .loader import load_longform
+        from .longform_phases import VibeVoiceLongformEngine
+        from .script import ScriptTokenizer
+        return VibeVoiceLongformEngine(load_longform(folder, dtype=request.dtype),
+                                       ScriptTokenizer(folder / "tokenizer.json"), manager, device=request.device,
+                                       name=f"VibeVoice ({request.model})")
     from .phases import VibeVoiceEngine
     from .text import TextTokenizer
     from .voices import load_voice_preset, voice_names
-    folder = Path(request.folder)
     voices = {name: load_voice_preset(folder / "voices" / f"{name}.pt") for name in voice_names(folder / "voices")}
     return VibeVoiceEngine(load_realtime(folder, dtype=request.dtype), voices, TextTokenizer(folder / "tokenizer.json"),
                            manager, device=request.device)
 
 
 ENGINE = EngineSpec(
-    engine_id="vibevoice", display_name="VibeVoice-Realtime", loader_node="MizuotoLoadVibeVoice", build=build,
-    missing_files=missing_files, languages=("auto", "en"),
+    engine_id="vibevoice", display_name="VibeVoice", loader_node="MizuotoLoadVibeVoice", build=build,
+    missing_files=missing_files, languages=("auto", "en", "zh"),
     models={"VibeVoice-Realtime-0.5B": (Download("microsoft/VibeVoice-Realtime-0.5B", FILES),
                                         Download("Qwen/Qwen2.5-0.5B", ("tokenizer.json",)),
                                         Download("microsoft/VibeVoice", (f"{VOICES}/*.pt",), strip=VOICES, into="voices",
                                                  hub="github", revision=VOICES_COMMIT,
-                                                 sha256={f"{VOICES}/{n}.pt": h for n, h in VOICE_SHA256.items()}))},
+                                                 sha256={f"{VOICES}/{n}.pt": h for n, h in VOICE_SHA256.items()})),
+            "VibeVoice-1.5B": (Download("microsoft/VibeVoice-1.5B", LONGFORM_FILES),
+                               Download("Qwen/Qwen2.5-1.5B", ("tokenizer.json",)))},
     precisions=("fp32", "bf16"),
-    description="VibeVoice-Realtime-0.5B (Microsoft): streaming English TTS from voice presets (voices/*.pt, from the "
-                "VibeVoice repository's demo/voices/streaming_model/), steps and cfg_scale options; 24 kHz.",
+    description="VibeVoice (Microsoft), 24 kHz. Realtime-0.5B: streaming English TTS from voice presets (voices/*.pt, "
+                "from the VibeVoice repository's demo/voices/streaming_model/). 1.5B: long-form conversation in one "
+                "pass, up to four speakers cloned from reference AUDIO, the script as 'Speaker 1: ...' lines (never "
+                "cut into sentences). Options steps and cfg_scale (and max_new_tokens for 1.5B).",
     license="MIT (with Microsoft's responsible-use terms: no voice impersonation without consent)")

@@ -19,6 +19,7 @@ import torch
 
 from ...runtime.loading import CheckpointError, SizeSource, checkpoint_path, load_module
 from ..formats.checkpoint import ModelFolderError, read_json
+from .longform import LongformConfig, VibeVoiceLongform
 from .model import UNUSED_PREFIXES, RealtimeConfig, VibeVoiceRealtime
 
 ENGINE = "VibeVoice"
@@ -45,3 +46,33 @@ def load_realtime(folder: str | os.PathLike, dtype: torch.dtype = torch.float32)
     sizes = SizeSource(folder / "config.json", data)
     return load_module(lambda: VibeVoiceRealtime(config), checkpoint_path(folder), dtype, sizes,
                        unused=UNUSED_PREFIXES).eval()
+
+
+def model_type(folder: str | os.PathLike) -> str:
+    """The folder's config.json model_type: "vibevoice_streaming" (Realtime) or "vibevoice" (1.5B / Large)."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ModelFolderError(f"{ENGINE}: {folder} has no config.json (expected the layout of "
+                               "microsoft/VibeVoice-Realtime-0.5B or microsoft/VibeVoice-1.5B)")
+    kind = read_json(path, ENGINE).get("model_type")
+    if kind not in ("vibevoice_streaming", "vibevoice"):
+        raise CheckpointError(f"{ENGINE}: {path}: model_type {kind!r}, expected 'vibevoice_streaming' (Realtime) "
+                              "or 'vibevoice' (1.5B / Large)")
+    return kind
+
+
+def load_longform(folder: str | os.PathLike, dtype: torch.dtype = torch.float32) -> VibeVoiceLongform:
+    """The long-form model of `folder` (microsoft/VibeVoice-1.5B's layout: config.json and model.safetensors or
+    its shards with model.safetensors.index.json) in `dtype`, in eval mode. Every tensor of the checkpoint is
+    read: the long-form model uses all of it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFolderError(f"{ENGINE}: model folder {folder} not found")
+    path = folder / "config.json"
+    data = read_json(path, ENGINE)
+    try:
+        config = LongformConfig.from_dict(data)
+    except ValueError as e:
+        raise CheckpointError(f"{ENGINE}: {path}: {e}") from None
+    sizes = SizeSource(path, data)
+    return load_module(lambda: VibeVoiceLongform(config), checkpoint_path(folder), dtype, sizes).eval()

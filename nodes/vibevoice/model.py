@@ -54,34 +54,44 @@ class RealtimeConfig:
         for part in ("decoder_config", "diffusion_head_config", "acoustic_tokenizer_config"):
             if not isinstance(d.get(part), dict):
                 raise ValueError(f"{part} missing or not an object")
-        q = d["decoder_config"]
-        if q.get("model_type", "qwen2") != "qwen2":
-            raise ValueError(f"decoder_config.model_type {q.get('model_type')!r}: only 'qwen2' is supported")
-        if q.get("use_sliding_window"):
-            raise ValueError("decoder_config.use_sliding_window: sliding-window attention is not supported")
-        if q.get("rope_scaling") is not None:
-            raise ValueError("decoder_config.rope_scaling: only the default RoPE is supported")
-        qwen = Qwen2Config.from_dict(q, "decoder_config")
+        qwen = qwen_config(d)
         tts = _int(d, "tts_backbone_num_hidden_layers", "", 20)
         if not tts < qwen.num_hidden_layers:
             raise ValueError(f"tts_backbone_num_hidden_layers {tts}: expected 1..{qwen.num_hidden_layers - 1} "
                              "(fewer than decoder_config.num_hidden_layers)")
-        h, where = d["diffusion_head_config"], "diffusion_head_config"
-        head = HeadConfig(_int(h, "hidden_size", where, qwen.hidden_size), _int(h, "head_layers", where, 4),
-                          _float(h, "head_ffn_ratio", where, 3.0), _float(h, "rms_norm_eps", where, 1e-5),
-                          _int(h, "latent_size", where, 64), str(h.get("prediction_type", "v_prediction")),
-                          _int(h, "ddpm_num_steps", where, 1000), _int(h, "ddpm_num_inference_steps", where, 20),
-                          str(h.get("ddpm_beta_schedule", "cosine")))
-        try:
-            scheduler_for(head)
-        except ValueError as e:
-            raise ValueError(f"diffusion_head_config: {e}") from None
         acoustic = AcousticConfig.from_dict(d["acoustic_tokenizer_config"])
-        if head.hidden_size != qwen.hidden_size or head.latent_size != acoustic.vae_dim:
-            raise ValueError(f"diffusion_head_config: hidden_size {head.hidden_size} / latent_size {head.latent_size} "
-                             f"must equal the LM width {qwen.hidden_size} / acoustic vae_dim {acoustic.vae_dim}")
+        head = head_config(d, qwen, acoustic)
         return cls(qwen, tts, head, acoustic)
 
+
+def qwen_config(d: dict[str, Any]) -> Qwen2Config:
+    """`decoder_config` of a VibeVoice config.json (a Qwen2.5 LM); errors name the field."""
+    q = d["decoder_config"]
+    if q.get("model_type", "qwen2") != "qwen2":
+        raise ValueError(f"decoder_config.model_type {q.get('model_type')!r}: only 'qwen2' is supported")
+    if q.get("use_sliding_window"):
+        raise ValueError("decoder_config.use_sliding_window: sliding-window attention is not supported")
+    if q.get("rope_scaling") is not None:
+        raise ValueError("decoder_config.rope_scaling: only the default RoPE is supported")
+    return Qwen2Config.from_dict(q, "decoder_config")
+
+
+def head_config(d: dict[str, Any], qwen: Qwen2Config, acoustic: AcousticConfig) -> HeadConfig:
+    """`diffusion_head_config` of a VibeVoice config.json, checked against the LM width and the latent size."""
+    h, where = d["diffusion_head_config"], "diffusion_head_config"
+    head = HeadConfig(_int(h, "hidden_size", where, qwen.hidden_size), _int(h, "head_layers", where, 4),
+                      _float(h, "head_ffn_ratio", where, 3.0), _float(h, "rms_norm_eps", where, 1e-5),
+                      _int(h, "latent_size", where, 64), str(h.get("prediction_type", "v_prediction")),
+                      _int(h, "ddpm_num_steps", where, 1000), _int(h, "ddpm_num_inference_steps", where, 20),
+                      str(h.get("ddpm_beta_schedule", "cosine")))
+    try:
+        scheduler_for(head)
+    except ValueError as e:
+        raise ValueError(f"diffusion_head_config: {e}") from None
+    if head.hidden_size != qwen.hidden_size or head.latent_size != acoustic.vae_dim:
+        raise ValueError(f"diffusion_head_config: hidden_size {head.hidden_size} / latent_size {head.latent_size} "
+                         f"must equal the LM width {qwen.hidden_size} / acoustic vae_dim {acoustic.vae_dim}")
+    return head
 
 
 class Qwen2Stack(nn.Module):
