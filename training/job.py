@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,26 @@ from .memory import HostAdamW, Tools
 from .step import train_step
 
 _ENV_LOCK = threading.Lock()
+
+
+@dataclass
+class TrainResult:
+    """What a finished fine-tuning job hands back: the exported model folder and how the run went."""
+
+    voice: Path
+    losses: list[float]
+    steps: int
+    updates: int
+    seconds_per_step: float
+    estimate_mb: float
+    numerics: list[str] = field(default_factory=list)      # presets' numerics changes, named for the report
+
+
+def check_counts(counts: Sequence[tuple[str, Any, int, int]]) -> None:
+    """Each (option name, value, lowest, highest): an integer in that range, else a ValueError naming it."""
+    for name, value, low, top in counts:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
+            raise ValueError(f"{name} = {value!r}; expected an integer from {low} to {top}")
 
 
 class Interrupted(Exception):

@@ -12,26 +12,15 @@ that name is refused.
 """
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+from ...training.export import new_folder
 from .train_step import EMA
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\- ]{0,63}$")
 COPIED = ("vocab.txt", "config.yaml", "vocos")
-
-
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME.match(name) or name.endswith((".", " ")):
-        raise ValueError(f"save_name {name!r}: expected 1 to 64 letters, digits, '_', '-', '.' or spaces, starting "
-                         "with a letter or digit")
-    return name
 
 
 def ema_state(ema: EMA) -> dict[str, torch.Tensor]:
@@ -43,38 +32,12 @@ def ema_state(ema: EMA) -> dict[str, torch.Tensor]:
     return state
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    if src.is_dir():
-        shutil.copytree(src, dst, copy_function=_link_file)
-    else:
-        _link_file(src, dst)
-
-
-def _link_file(src: str | Path, dst: str | Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def export_model(base_folder: Path, name: str, ema: EMA, updates: int, parent: Path | None = None) -> Path:
     """The new model folder `parent/name` (default: beside the base model), written atomically."""
-    check_name(name)
     if isinstance(updates, bool) or not isinstance(updates, int) or updates < 0:
         raise ValueError(f"updates = {updates!r}; expected a count >= 0")
     base_folder = Path(base_folder)
     parent = Path(parent) if parent is not None else base_folder.parent
-    target = parent / name
-    if target.exists():
-        raise ValueError(f"save_name {name!r}: {target} already exists; choose another name")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent))
-    try:
+    with new_folder(parent, name, base_folder, COPIED) as tmp:
         save_file(ema_state(ema), str(tmp / f"model_{updates}.safetensors"))
-        for piece in COPIED:
-            if (base_folder / piece).exists():
-                _link_or_copy(base_folder / piece, tmp / piece)
-        os.rename(tmp, target)      # atomic on one filesystem; fails (nothing replaced) if target appeared
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    return parent / name

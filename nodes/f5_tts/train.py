@@ -16,7 +16,7 @@ import math
 import time
 from contextlib import nullcontext
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,13 @@ from torch import Tensor, nn
 
 from ...training.datasets import read_list
 from ...training.estimate import MethodInfo, TransformerSizes, check_fits
-from ...training.job import TrainLoop
+from ...training.job import TrainLoop, TrainResult, check_counts
 from ...training.memory import Tools, resolve_tools
 from ..formats.audio_file import read_audio
 from ..formats.checkpoint import load_yaml
 from ..pack.audio import resample
-from .export import check_name, export_model
+from ...training.export import check_name
+from .export import export_model
 from .loader import load_f5_tts
 from .model import DiT
 from .text import F5Tokenizer
@@ -59,23 +60,10 @@ class F5Job:
     warmup_updates: int = WARMUP_UPDATES        # finetune_cli --num_warmup_updates
 
 
-@dataclass
-class F5Result:
-    voice: Path
-    losses: list[float]
-    steps: int
-    updates: int
-    seconds_per_step: float
-    estimate_mb: float
-    numerics: list[str] = field(default_factory=list)
-
-
 def check_job(job: F5Job) -> None:
     check_name(job.save_name)
-    for name, value, low, top in (("epochs", job.epochs, 1, MAX_EPOCHS), ("batch_size", job.batch_size, 1, MAX_BATCH),
-                                  ("warmup_updates", job.warmup_updates, 0, 10_000_000)):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
-            raise ValueError(f"{name} = {value!r}; expected an integer from {low} to {top}")
+    check_counts((("epochs", job.epochs, 1, MAX_EPOCHS), ("batch_size", job.batch_size, 1, MAX_BATCH),
+                  ("warmup_updates", job.warmup_updates, 0, 10_000_000)))
     lr = job.learning_rate
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr <= 1 or not math.isfinite(lr):
         raise ValueError(f"learning_rate = {lr!r}; expected a number in (0, 1]")
@@ -231,7 +219,7 @@ def training_loop(dit: DiT, data: list[F5Batch], tools: Tools, *, seed: int, lr:
 
 
 def train_voice(job: F5Job, progress: Callable[[str, int, int, float | None], None] | None = None,
-                interrupted: Callable[[], bool] = lambda: False, host_context: Any = None) -> F5Result:
+                interrupted: Callable[[], bool] = lambda: False, host_context: Any = None) -> TrainResult:
     """Run the job: prepare, train (`progress(stage, done, total, loss)` for "prepare" and "train"), export."""
     check_job(job)
     base = Path(job.base)
@@ -274,4 +262,4 @@ def train_voice(job: F5Job, progress: Callable[[str, int, int, float | None], No
     voice = export_model(base, job.save_name, recipe.ema, recipe.updates)
     checkpoint.unlink(missing_ok=True)
     numerics = [n for n in tools.numerics_changes() if not n.startswith("frozen")]   # nothing is frozen
-    return F5Result(voice, list(loop.losses), loop.step, recipe.updates, per_step, estimate, numerics)
+    return TrainResult(voice, list(loop.losses), loop.step, recipe.updates, per_step, estimate, numerics)

@@ -16,47 +16,22 @@ a half-written voice and a failure leaves nothing behind; an existing voice of t
 from __future__ import annotations
 
 import io
-import os
-import re
-import shutil
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ...training.export import link_file, new_folder
 from .loader import BERT_DIR, G2PW_DIR, HEADERS, HUBERT_DIR, TEXT_DIR, pair
 from .t2s import Text2Semantic
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\- ]{0,63}$")
 INSIDE = (HUBERT_DIR, BERT_DIR, "sv", TEXT_DIR, G2PW_DIR)
-
-
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME.match(name) or name.endswith((".", " ")):
-        raise ValueError(f"save_name {name!r}: expected 1 to 64 letters, digits, '_', '-', '.' or spaces, starting "
-                         "with a letter or digit")
-    return name
 
 
 def gpt_checkpoint(model: Text2Semantic, config: dict[str, Any], epochs: int) -> dict[str, Any]:
     weight = OrderedDict((f"model.{k}", v.detach().to("cpu").half()) for k, v in model.state_dict().items())
     return {"weight": weight, "config": config, "info": f"GPT-e{epochs}"}
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    if src.is_dir():
-        shutil.copytree(src, dst, copy_function=_link_file)
-    else:
-        _link_file(src, dst)
-
-
-def _link_file(src: str | Path, dst: str | Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def sovits_checkpoint(weights: dict[str, Any], config: dict[str, Any], info: str, version: str) -> bytes:
@@ -76,25 +51,13 @@ def export_voice(base_folder: Path, name: str, model: Text2Semantic, config: dic
                  parent: Path | None = None, sovits: tuple[str, bytes] | None = None) -> Path:
     """The new voice folder `parent/name` (default: beside the base voice), written atomically; `sovits`
     (file name, sovits_checkpoint's bytes) replaces the base voice's SoVITS file."""
-    check_name(name)
     base_folder = Path(base_folder)
     _, sovits_path = pair(base_folder)
     parent = Path(parent) if parent is not None else base_folder.parent
-    target = parent / name
-    if target.exists():
-        raise ValueError(f"save_name {name!r}: {target} already exists; choose another name")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent))
-    try:
+    with new_folder(parent, name, base_folder, INSIDE) as tmp:
         torch.save(gpt_checkpoint(model, config, epochs), tmp / f"{name}-e{epochs}.ckpt")
         if sovits is None:
-            _link_file(sovits_path, tmp / sovits_path.name)
+            link_file(sovits_path, tmp / sovits_path.name)
         else:
             (tmp / sovits[0]).write_bytes(sovits[1])
-        for piece in INSIDE:
-            if (base_folder / piece).exists():
-                _link_or_copy(base_folder / piece, tmp / piece)
-        os.rename(tmp, target)      # atomic on one filesystem; fails (nothing replaced) if target appeared
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    return parent / name

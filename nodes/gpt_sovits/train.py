@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,11 @@ import torch
 
 from ...training.datasets import read_list
 from ...training.estimate import MethodInfo, TransformerSizes, check_fits
-from ...training.job import TrainLoop
+from ...training.job import TrainLoop, TrainResult, check_counts
 from ...training.memory import resolve_tools
 from ..formats.checkpoint import load_pickle
-from .export import check_name, export_voice
+from ...training.export import check_name
+from .export import export_voice
 from .loader import load_gpt_sovits, pair
 from .s1_data import MAX_SEC, S1Preparer, repeat_small
 from .s1_train import S1Batch, S1Recipe, collate, make_optimizer
@@ -53,23 +54,10 @@ class S1Job:
     discriminator: Path | None = None   # a pretrained s2D*.pth for the SoVITS stage (else seeded init)
 
 
-@dataclass
-class S1Result:
-    voice: Path
-    losses: list[float]
-    steps: int
-    updates: int
-    seconds_per_step: float
-    estimate_mb: float
-    numerics: list[str] = field(default_factory=list)
-
-
 def check_job(job: S1Job) -> None:
     check_name(job.save_name)
-    for name, value, low, top in (("epochs", job.epochs, 0, MAX_EPOCHS), ("batch_size", job.batch_size, 1, MAX_BATCH),
-                                  ("sovits_epochs", job.sovits_epochs, 0, MAX_EPOCHS)):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
-            raise ValueError(f"{name} = {value!r}; expected an integer from {low} to {top}")
+    check_counts((("epochs", job.epochs, 0, MAX_EPOCHS), ("batch_size", job.batch_size, 1, MAX_BATCH),
+                  ("sovits_epochs", job.sovits_epochs, 0, MAX_EPOCHS)))
     if job.epochs == 0 and job.sovits_epochs == 0:
         raise ValueError("epochs = 0 and sovits_epochs = 0: nothing to train; give one of them at least 1")
     if job.discriminator is not None and not Path(job.discriminator).is_file():
@@ -105,7 +93,7 @@ def method_info(model: torch.nn.Module, data: list[S1Batch]) -> MethodInfo:
 
 
 def train_voice(job: S1Job, progress: Callable[[str, int, int, float | None], None] | None = None,
-                interrupted: Callable[[], bool] = lambda: False) -> S1Result:
+                interrupted: Callable[[], bool] = lambda: False) -> TrainResult:
     """Run the job: the GPT stage (`epochs` > 0), then the SoVITS stage (`sovits_epochs` > 0), then export;
     `progress(stage, done, total, loss)` for "prepare", "train", "prepare sovits" and "train sovits"."""
     check_job(job)
@@ -172,4 +160,4 @@ def train_voice(job: S1Job, progress: Callable[[str, int, int, float | None], No
     voice = export_voice(base, job.save_name, model.eval().to("cpu"), config, job.epochs, sovits=sovits)
     checkpoint.unlink(missing_ok=True)
     checkpoint.with_name(checkpoint.name.replace(".train-state", ".sovits-state")).unlink(missing_ok=True)
-    return S1Result(voice, losses, steps, updates, per_step, estimate, numerics)
+    return TrainResult(voice, losses, steps, updates, per_step, estimate, numerics)

@@ -122,7 +122,7 @@ def test_failed_export_leaves_nothing(root, monkeypatch):
         export.export_voice(root / "tiny-v2", "broken", bundle.t2s, {"model": {}}, 1)
     assert not [p for p in root.iterdir() if p.name.startswith(".broken") or p.name == "broken"]
     with pytest.raises(ValueError, match="save_name"):
-        export.check_name("../escape")
+        export.export_voice(root / "tiny-v2", "../escape", bundle.t2s, {"model": {}}, 1)
 
 
 def test_interrupt_and_resume_reach_the_same_weights(root):
