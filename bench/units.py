@@ -153,6 +153,7 @@ def cosyvoice(dtype: torch.dtype, version: int) -> list[tuple[str, ModelHandle]]
     with torch.device("meta"):
         bundle = SimpleNamespace(llm=CosyVoiceLM(lm_config).to(dtype), flow=Flow(flow_config).to(dtype),
                                  hift=HiFT(hift_config).to(dtype),
+                                 flow_config=flow_config, hift_config=hift_config,
                                  speakers={}, speech_tokenizer=None, campplus=None, version=version)
     e = CosyVoiceEngine(bundle, _manager())
     return [(f"CosyVoice {version} {h.name}", h) for h in e.handles]
