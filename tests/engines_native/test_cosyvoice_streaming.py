@@ -179,14 +179,16 @@ def test_an_oom_in_a_hop_is_retried_without_a_piece_twice_or_lost(stream_case, p
     assert_same_pieces(pieces, plain, f"an OOM in {phase}")
 
 
-def test_upstream_stream_estimates_cover_every_hops_peak(stream_case):
+# CosyVoice 2's verify takes ~20 s (four times 3's): slow; the residency equality it also checks runs by
+# default in test_upstream_stream_pieces_streamed_half_and_resident_equal_plain_run for both versions.
+@pytest.mark.parametrize("version", [pytest.param(2, marks=pytest.mark.slow), 3])
+def test_upstream_stream_estimates_cover_every_hops_peak(request, version):
     """`verify` (resident, half-resident, all streamed) with upstream_stream on: the runs agree and every
     phase's estimate (each hop's flow and vocoder, from the frames of that hop) covers its measured peak."""
     from mizuoto.nodes.cosyvoice import ENGINE
     from mizuoto.nodes.pack import verify as verify_module
     from mizuoto.nodes.pack.registry import LoadRequest
-    path, _ = stream_case
-    version = 2 if (path / "cosyvoice2.yaml").exists() else 3
+    path = request.getfixturevalue(f"folder_v{version}")
     report = verify_module.verify(ENGINE, LoadRequest("tiny", path, torch.float32, torch.device("cpu")),
                                   stream_request(version), oom_points=())
     assert report.ok, report.table()
